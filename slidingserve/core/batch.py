@@ -1,0 +1,52 @@
+"""The shape of a batch: what the latency of an iteration depends on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from slidingserve.core.request import Phase
+
+if TYPE_CHECKING:
+    from slidingserve.core.plan import Plan
+
+
+@dataclass(frozen=True, slots=True)
+class BatchShape:
+    """Token counts of one iteration, by phase.
+
+    Entries are classified by phase, not by chunk size: a prefill chunk of one token is
+    still a prefill (SPEC §3).
+    """
+
+    decode_contexts: tuple[int, ...]  # u_i of each decode: tokens cached before this step
+    prefill_chunks: tuple[tuple[int, int], ...]  # (c_i, u_i): chunk tokens, tokens cached
+
+    @property
+    def num_decodes(self) -> int:
+        return len(self.decode_contexts)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(c for c, _ in self.prefill_chunks)
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens in the batch, decodes included."""
+        return self.num_decodes + self.num_prefill_tokens
+
+    @property
+    def decode_kv(self) -> int:
+        """Σ u_i over decodes: KV tokens the decodes read."""
+        return sum(self.decode_contexts)
+
+    @classmethod
+    def from_plan(cls, plan: Plan) -> BatchShape:
+        decodes: list[int] = []
+        prefills: list[tuple[int, int]] = []
+        for request, tokens in plan.chunks:
+            if request.phase is Phase.DECODING:
+                decodes.append(request.num_computed)
+            else:
+                prefills.append((tokens, request.num_computed))
+        return cls(tuple(decodes), tuple(prefills))

@@ -1,0 +1,61 @@
+"""KV-cache block accounting (paged attention): who holds how many blocks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slidingserve.core.request import Request
+
+
+def blocks_for_tokens(tokens: int, block_size: int) -> int:
+    """Blocks needed to hold `tokens` cached tokens."""
+    return -(-tokens // block_size)
+
+
+class KVBlockManager:
+    """Counts free KV blocks and the blocks each request holds.
+
+    Blocks are allocated when a chunk is scheduled (for the tokens it will write) and freed
+    when the request finishes or is preempted. Allocation never over-commits: a request that
+    asks for more than is free gets an error, so callers check `can_grow` first.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int = 16) -> None:
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(f"KV cache needs blocks: {num_blocks} blocks of {block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.num_free = num_blocks
+        self._held: dict[str, int] = {}
+
+    def held(self, request: Request) -> int:
+        return self._held.get(request.request_id, 0)
+
+    def extra_blocks(self, request: Request, new_tokens: int) -> int:
+        """Blocks `request` must add to cache `new_tokens` more tokens."""
+        needed = blocks_for_tokens(request.num_computed + new_tokens, self.block_size)
+        return max(0, needed - self.held(request))
+
+    def can_grow(self, request: Request, new_tokens: int) -> bool:
+        return self.extra_blocks(request, new_tokens) <= self.num_free
+
+    def grow(self, request: Request, new_tokens: int) -> None:
+        """Allocate the blocks for `new_tokens` more cached tokens of `request`."""
+        extra = self.extra_blocks(request, new_tokens)
+        if extra > self.num_free:
+            raise RuntimeError(
+                f"KV over-commit: request {request.request_id} needs {extra} blocks, "
+                f"{self.num_free} free"
+            )
+        if extra:
+            self._held[request.request_id] = self.held(request) + extra
+            self.num_free -= extra
+
+    def free(self, request: Request) -> None:
+        """Release every block of `request` (finished or preempted)."""
+        self.num_free += self._held.pop(request.request_id, 0)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - self.num_free

@@ -1,0 +1,136 @@
+"""What a policy returns: which requests run in the next iteration and with how many tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
+
+from slidingserve.core.request import Phase
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from slidingserve.core.request import Request
+    from slidingserve.core.view import SchedulerView
+
+
+class InvalidPlanError(ValueError):
+    """A plan breaks an engine limit: a policy bug, never silently repaired."""
+
+
+class ScheduledChunk(NamedTuple):
+    request: Request
+    tokens: int  # tokens computed for this request in the iteration (1 for a decode)
+
+
+@dataclass(slots=True)
+class Plan:
+    """An ordered list of (request, tokens) plus what the policy wants to report about it."""
+
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    path: str = ""  # which decision path produced it (for instrumentation)
+    predicted_time: float | None = None  # the policy's prediction of the iteration, seconds
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(chunk.tokens for chunk in self.chunks)
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+
+class PlanBuilder:
+    """Fills a plan under a token budget, the batch-size cap and the free KV blocks.
+
+    Every policy builds through it, so no policy can exceed an engine limit by accident.
+    """
+
+    def __init__(self, view: SchedulerView, token_budget: int | None = None) -> None:
+        limit = view.limits.max_num_batched_tokens
+        self._view = view
+        self.tokens_left = limit if token_budget is None else min(token_budget, limit)
+        self.seats_left = view.limits.max_num_seqs
+        # vLLM keeps at most max_num_seqs requests running; a new one needs a free place.
+        self.admissions_left = max(0, view.limits.max_num_seqs - view.num_running)
+        self.blocks_left = view.kv.num_free
+        self.chunks: list[ScheduledChunk] = []
+
+    def max_tokens_for(self, request: Request) -> int:
+        """Most tokens `request` could take now (budget and KV), ignoring its remaining work."""
+        if self.seats_left == 0:
+            return 0
+        if request.phase is Phase.WAITING and self.admissions_left == 0:
+            return 0
+        kv = self._view.kv
+        room = (kv.held(request) + self.blocks_left) * kv.block_size - request.num_computed
+        return max(0, min(self.tokens_left, room))
+
+    def add(self, request: Request, want: int) -> int:
+        """Schedule up to `want` tokens of `request`; return how many were granted."""
+        tokens = min(want, self.max_tokens_for(request))
+        if tokens <= 0:
+            return 0
+        kv = self._view.kv
+        needed = -(-(request.num_computed + tokens) // kv.block_size) - kv.held(request)
+        self.blocks_left -= max(0, needed)
+        self.tokens_left -= tokens
+        self.seats_left -= 1
+        if request.phase is Phase.WAITING:
+            self.admissions_left -= 1
+        self.chunks.append(ScheduledChunk(request, tokens))
+        return tokens
+
+    def add_decodes(self, requests: Iterable[Request]) -> None:
+        for request in requests:
+            self.add(request, 1)
+
+    def add_prefills(self, requests: Iterable[Request]) -> None:
+        """Greedy fill: each request takes min(remaining, what is left)."""
+        for request in requests:
+            if self.tokens_left == 0 or self.seats_left == 0:
+                return
+            self.add(request, request.remaining_prefill)
+
+    def build(self, path: str = "", predicted_time: float | None = None) -> Plan:
+        return Plan(self.chunks, path, predicted_time)
+
+
+def validate_plan(plan: Plan, view: SchedulerView) -> None:
+    """Raise `InvalidPlanError` if `plan` breaks a limit of `view`'s engine."""
+    limits = view.limits
+    if len(plan.chunks) > limits.max_num_seqs:
+        raise InvalidPlanError(f"{len(plan.chunks)} requests > max_num_seqs {limits.max_num_seqs}")
+    if plan.total_tokens > limits.max_num_batched_tokens:
+        raise InvalidPlanError(
+            f"{plan.total_tokens} tokens > max_num_batched_tokens {limits.max_num_batched_tokens}"
+        )
+    admitted = sum(1 for chunk in plan.chunks if chunk.request.phase is Phase.WAITING)
+    if admitted > limits.max_num_seqs - view.num_running:
+        raise InvalidPlanError(
+            f"plan admits {admitted} requests beside {view.num_running} running; "
+            f"max_num_seqs is {limits.max_num_seqs}"
+        )
+    seen: set[str] = set()
+    blocks = 0
+    for request, tokens in plan.chunks:
+        if request.request_id in seen:
+            raise InvalidPlanError(f"request {request.request_id} scheduled twice")
+        seen.add(request.request_id)
+        _check_tokens(request, tokens)
+        needed = -(-(request.num_computed + tokens) // limits.block_size) - view.kv.held(request)
+        blocks += max(0, needed)
+    if blocks > view.kv.num_free:
+        raise InvalidPlanError(f"plan needs {blocks} KV blocks, {view.kv.num_free} free")
+
+
+def _check_tokens(request: Request, tokens: int) -> None:
+    if request.phase is Phase.FINISHED:
+        raise InvalidPlanError(f"request {request.request_id} is finished")
+    if request.phase is Phase.DECODING:
+        if tokens != 1:
+            raise InvalidPlanError(f"decode {request.request_id} given {tokens} tokens, not 1")
+    elif not 1 <= tokens <= request.remaining_prefill:
+        raise InvalidPlanError(
+            f"prefill {request.request_id} given {tokens} tokens, "
+            f"{request.remaining_prefill} remain"
+        )

@@ -1,0 +1,62 @@
+"""The read-only picture of the engine that a policy receives at each iteration."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from slidingserve.core.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    """Hard limits of the serving engine, the same for every policy."""
+
+    max_num_batched_tokens: int = 2048  # B_max: tokens per iteration, decodes included
+    max_num_seqs: int = 256  # requests per iteration (batch-size cap)
+    block_size: int = 16  # tokens per KV block
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_batched_tokens", "max_num_seqs", "block_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+class KVView(Protocol):
+    """What a policy may read of the KV cache."""
+
+    @property
+    def num_free(self) -> int: ...
+
+    @property
+    def block_size(self) -> int: ...
+
+    def held(self, request: Request) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerView:
+    """The queues and the time at the start of an iteration.
+
+    Policies read it and return a `Plan`; they never mutate requests or queues. Decoding
+    requests in `decoding` are guaranteed room in the KV cache for one more token (the
+    engine preempts before asking if need be).
+    """
+
+    now: float  # seconds, from the engine's clock
+    waiting: Sequence[Request]  # arrived, nothing cached; arrival order (preempted first)
+    running: Sequence[Request]  # prefilling and decoding together, admission order
+    prefilling: Sequence[Request]  # partly prefilled; admission order
+    decoding: Sequence[Request]  # generating; admission order
+    limits: EngineLimits
+    kv: KVView
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    def prefill_candidates(self) -> list[Request]:
+        """Waiting and prefilling requests: the ones a policy sorts."""
+        return [*self.prefilling, *self.waiting]

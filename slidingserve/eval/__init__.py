@@ -1,0 +1,1 @@
+"""Experiments: goodput search, capacity bound, reports and plots."""

@@ -1,0 +1,45 @@
+"""Scheduling policies, chosen by name from `POLICIES`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from slidingserve.policies.base import IterationRecord, Policy, PolicyContext
+from slidingserve.policies.sarathi import SarathiPolicy
+from slidingserve.policies.sarathi_edf import SarathiEdfPolicy
+from slidingserve.policies.vllm_fcfs import VllmPolicy
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+POLICIES: dict[str, type[Policy]] = {
+    VllmPolicy.name: VllmPolicy,
+    SarathiPolicy.name: SarathiPolicy,
+    SarathiEdfPolicy.name: SarathiEdfPolicy,
+}
+
+
+def get_policy_class(name: str) -> type[Policy]:
+    """The policy class registered as `name`; a clear error for an unknown name."""
+    try:
+        return POLICIES[name]
+    except KeyError:
+        known = ", ".join(sorted(POLICIES))
+        raise ValueError(f"unknown policy {name!r}; known policies: {known}") from None
+
+
+def make_policy(
+    name: str, context: PolicyContext, options: Mapping[str, Any] | None = None
+) -> Policy:
+    """Build the policy `name` with its options (a mapping of its config fields)."""
+    return get_policy_class(name).from_options(context, options)
+
+
+__all__ = [
+    "POLICIES",
+    "IterationRecord",
+    "Policy",
+    "PolicyContext",
+    "get_policy_class",
+    "make_policy",
+]

@@ -1,0 +1,95 @@
+"""The one contract between a scheduling policy and an engine (simulator or vLLM).
+
+An engine runs iterations. At the start of each it builds a `SchedulerView` (the queues and
+the time from its own clock) and calls `Policy.schedule`; it executes the returned `Plan`
+exactly, then reports what happened through `on_iteration_end`. Policies never read the wall
+clock, never mutate requests or queues, and know nothing of torch or of the simulator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+if TYPE_CHECKING:
+    from slidingserve.core.batch import BatchShape
+    from slidingserve.core.plan import Plan
+    from slidingserve.core.view import EngineLimits, SchedulerView
+    from slidingserve.predictor import BatchLatencyPredictor
+
+
+class IterationRecord(NamedTuple):
+    """What the engine reports after executing a plan."""
+
+    start: float  # seconds, engine clock at the start of the iteration
+    duration: float  # seconds the iteration took (measured or simulated)
+    plan: Plan  # the plan that ran
+    shape: BatchShape  # its token counts, as the predictor sees them
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyContext:
+    """What an engine hands a policy when it builds it."""
+
+    limits: EngineLimits
+    predictor: BatchLatencyPredictor | None = None  # batch-time model, for policies that plan
+
+
+class Policy(ABC):
+    """A scheduling policy. Subclasses set `name` and `config_type` and implement `schedule`.
+
+    `config_type` is a frozen dataclass whose fields are the policy's options; `from_options`
+    builds it from a plain mapping (CLI flags, a TOML table) and rejects unknown keys.
+    """
+
+    name: ClassVar[str]
+    config_type: ClassVar[type[Any]]
+
+    def __init__(self, config: Any, context: PolicyContext) -> None:
+        self.config = config
+        self.context = context
+
+    @classmethod
+    def from_options(
+        cls, context: PolicyContext, options: Mapping[str, Any] | None = None
+    ) -> Policy:
+        return cls(build_config(cls.config_type, options or {}, cls.name), context)
+
+    @abstractmethod
+    def schedule(self, view: SchedulerView) -> Plan:
+        """Choose the next batch.
+
+        Called once at the start of every iteration in which some request is waiting,
+        prefilling or decoding. Returns an ordered plan of (request, tokens): decodes get
+        exactly 1 token, prefills 1..remaining. The plan must respect `view.limits` and the
+        free KV blocks (build it with `PlanBuilder`, which enforces both). An empty plan
+        means the policy cannot run anything; the engine then preempts or reports a stall.
+        """
+
+    def on_iteration_end(self, record: IterationRecord) -> None:
+        """Called after the engine executed the plan of the last `schedule` call. Default: no-op."""
+
+    def schedules_all_decodes(self, num_decoding: int) -> bool:
+        """Whether, with nothing waiting or prefilling, `schedule` gives every decode 1 token.
+
+        Engines use it to fast-forward stretches of decode-only iterations without calling
+        `schedule` at each (they call `on_decode_run` instead). Default: True.
+        """
+        return True
+
+    def on_decode_run(self, durations: Sequence[float], num_decodes: int) -> None:
+        """Called instead of `on_iteration_end` for a fast-forwarded run of decode-only
+        iterations, each with `num_decodes` decodes; `durations` in seconds. Default: no-op."""
+
+
+def build_config(config_type: type[Any], options: Mapping[str, Any], owner: str) -> Any:
+    """Build a frozen config dataclass from a mapping, with a clear error for unknown keys."""
+    fields = {f.name for f in dataclasses.fields(config_type)}
+    unknown = sorted(set(options) - fields)
+    if unknown:
+        known = ", ".join(sorted(fields)) or "none"
+        raise ValueError(f"unknown option(s) {', '.join(unknown)} for {owner}; known: {known}")
+    return config_type(**options)

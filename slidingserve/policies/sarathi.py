@@ -1,0 +1,37 @@
+"""Sarathi-Serve: a fixed token budget, decodes first, then ongoing prefills, then new ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from slidingserve.core.plan import PlanBuilder
+from slidingserve.policies.base import Policy
+
+if TYPE_CHECKING:
+    from slidingserve.core.plan import Plan
+    from slidingserve.core.view import SchedulerView
+
+
+@dataclass(frozen=True, slots=True)
+class SarathiConfig:
+    chunk_size: int = 512  # token budget per iteration, decodes included
+
+    def __post_init__(self) -> None:
+        if self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be at least 1, got {self.chunk_size}")
+
+
+class SarathiPolicy(Policy):
+    """Stall-free batching with a fixed budget; prefills first-come first-served (SPEC §8)."""
+
+    name = "sarathi"
+    config_type = SarathiConfig
+    config: SarathiConfig
+
+    def schedule(self, view: SchedulerView) -> Plan:
+        builder = PlanBuilder(view, self.config.chunk_size)
+        builder.add_decodes(view.decoding)
+        builder.add_prefills(view.prefilling)
+        builder.add_prefills(view.waiting)
+        return builder.build("fixed-chunk")

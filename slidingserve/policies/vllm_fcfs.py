@@ -1,0 +1,42 @@
+"""vLLM v1's default scheduling: running requests first in order, then waiting ones FCFS."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from slidingserve.core.plan import PlanBuilder
+from slidingserve.core.request import Phase
+from slidingserve.policies.base import Policy
+
+if TYPE_CHECKING:
+    from slidingserve.core.plan import Plan
+    from slidingserve.core.view import SchedulerView
+
+
+@dataclass(frozen=True, slots=True)
+class VllmConfig:
+    max_num_batched_tokens: int | None = None  # token budget; None: the engine's limit (2048)
+
+    def __post_init__(self) -> None:
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
+            raise ValueError("max_num_batched_tokens must be at least 1")
+
+
+class VllmPolicy(Policy):
+    """Running requests (decodes and partial prefills, in admission order) each take what the
+    budget allows, then waiting requests in arrival order; no per-request cap (SPEC §8)."""
+
+    name = "vllm"
+    config_type = VllmConfig
+    config: VllmConfig
+
+    def schedule(self, view: SchedulerView) -> Plan:
+        builder = PlanBuilder(view, self.config.max_num_batched_tokens)
+        for request in view.running:
+            if request.phase is Phase.DECODING:
+                builder.add(request, 1)
+            else:
+                builder.add(request, request.remaining_prefill)
+        builder.add_prefills(view.waiting)
+        return builder.build("fcfs")

@@ -1,0 +1,61 @@
+"""TimeToBudget (SPEC §3): the largest batch along the prefill queue that fits a time limit."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from slidingserve.predictor.features import PrefillQueueProfile
+    from slidingserve.predictor.model import LatencyModel
+
+
+class Budget(NamedTuple):
+    """The answer of `time_to_budget`.
+
+    When even the decodes alone are predicted over the limit, `fits` is False and the
+    budget is the decodes alone (`prefill_tokens` = 0): SPEC §5 then runs decodes only.
+    """
+
+    total_tokens: int  # B = |D| + prefill_tokens
+    prefill_tokens: int  # b: tokens taken from the head of the prefill queue
+    predicted_time: float  # predicted time of that batch, seconds (0.0 for an empty batch)
+    fits: bool  # predicted_time ≤ time_limit
+
+
+def predicted_time_at(model: LatencyModel, profile: PrefillQueueProfile, b: int) -> float:
+    """Predicted time of the decodes plus the first `b` queue tokens, seconds.
+
+    An empty batch (no decodes, b = 0) takes 0.0 s without asking the model.
+    """
+    if b == 0 and profile.num_decodes == 0:
+        return 0.0
+    scenario, x = profile.features_at(b)
+    return model.predict_features(scenario, x)
+
+
+def time_to_budget(
+    model: LatencyModel, profile: PrefillQueueProfile, time_limit: float, max_tokens: int
+) -> Budget:
+    """The largest b ≤ min(capacity, max_tokens − |D|) whose batch is predicted ≤ `time_limit`.
+
+    `time_limit` in seconds, `max_tokens` the total-token cap B_max (decodes included).
+    b = 0 (decodes only) is checked first; over b ≥ 1 (one scenario) the prediction is
+    non-decreasing, so a binary search finds the boundary with at most
+    1 + ceil(log2(b_max + 1)) predictions.
+    """
+    num_decodes = profile.num_decodes
+    base_time = predicted_time_at(model, profile, 0)
+    if base_time > time_limit:
+        return Budget(num_decodes, 0, base_time, False)
+    # Invariant: lo fits (b = 0 by the check above), hi does not (b_max + 1 by convention).
+    lo, lo_time = 0, base_time
+    hi = max(0, min(profile.capacity, max_tokens - num_decodes)) + 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        scenario, x = profile.features_at(mid)
+        mid_time = model.predict_features(scenario, x)
+        if mid_time <= time_limit:
+            lo, lo_time = mid, mid_time
+        else:
+            hi = mid
+    return Budget(num_decodes + lo, lo, lo_time, True)

@@ -1,0 +1,244 @@
+"""Save and load a predictor's coefficients with their metadata as a small JSON file."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+from slidingserve.predictor.features import Features, Scenario
+from slidingserve.predictor.model import BatchLatencyPredictor, LinearModel, ModelChoice
+from slidingserve.predictor.report import AccuracyReport, ErrorStats
+
+if TYPE_CHECKING:
+    from slidingserve.predictor.fit import FitResult
+
+FORMAT_NAME = "slidingserve-predictor"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PredictorMetadata:
+    """Where a predictor's coefficients come from and how good they were."""
+
+    model: str  # the LLM it was profiled on, e.g. "llama-3-8b"
+    hardware: str  # e.g. "a100-80gb-tp1"
+    num_samples: int  # samples the fit saw, held-out ones included
+    created: str  # ISO 8601 timestamp, UTC
+    training: AccuracyReport | None = None  # errors on the fitted samples
+    validation: AccuracyReport | None = None  # errors on held-out samples
+    format_version: int = FORMAT_VERSION
+
+    @classmethod
+    def from_fit(cls, result: FitResult, model: str, hardware: str) -> PredictorMetadata:
+        """Metadata of a fresh fit, stamped with the current UTC time."""
+        created = datetime.now(UTC).isoformat(timespec="seconds")
+        return cls(model, hardware, result.num_samples, created, result.training, result.validation)
+
+
+class LoadedPredictor(NamedTuple):
+    predictor: BatchLatencyPredictor
+    metadata: PredictorMetadata
+
+
+def save_predictor(
+    path: str | Path, predictor: BatchLatencyPredictor, metadata: PredictorMetadata
+) -> None:
+    """Write `predictor` and `metadata` to `path` as JSON."""
+    text = json.dumps(predictor_to_dict(predictor, metadata), indent=2, allow_nan=False)
+    Path(path).write_text(text + "\n", encoding="utf-8")
+
+
+def load_predictor(path: str | Path) -> LoadedPredictor:
+    """Read a file written by `save_predictor`; ValueError naming the problem if malformed."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    try:
+        return predictor_from_dict(data)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+
+
+def predictor_to_dict(
+    predictor: BatchLatencyPredictor, metadata: PredictorMetadata
+) -> dict[str, object]:
+    """The JSON-ready form of a predictor and its metadata."""
+    return {
+        "format": FORMAT_NAME,
+        "format_version": metadata.format_version,
+        "metadata": _metadata_to_dict(metadata),
+        "feature_names": list(Features._fields),
+        "global": _model_to_dict(predictor.global_model),
+        "experts": {s.value: _model_to_dict(m) for s, m in predictor.experts.items()},
+        "choice": {s.value: c.value for s, c in predictor.choice.items()},
+    }
+
+
+def predictor_from_dict(data: object) -> LoadedPredictor:
+    """Inverse of `predictor_to_dict`; ValueError with the path of the first bad field."""
+    root = _mapping(data, "file")
+    if root.get("format") != FORMAT_NAME:
+        raise ValueError(f"format: expected {FORMAT_NAME!r}, got {root.get('format')!r}")
+    version = _integer(_field(root, "format_version", ""), "format_version")
+    if version != FORMAT_VERSION:
+        raise ValueError(f"format_version {version} is not supported (expected {FORMAT_VERSION})")
+    names = _field(root, "feature_names", "")
+    if names != list(Features._fields):
+        raise ValueError(f"feature_names: expected {list(Features._fields)}, got {names!r}")
+    experts_data = _mapping(_field(root, "experts", ""), "experts")
+    choice_data = _mapping(_field(root, "choice", ""), "choice")
+    predictor = _build(
+        _model_from(_field(root, "global", ""), "global"),
+        {_scenario(k, "experts"): _model_from(v, f"experts.{k}") for k, v in experts_data.items()},
+        {_scenario(k, "choice"): _choice(v, f"choice.{k}") for k, v in choice_data.items()},
+    )
+    metadata = _metadata_from(_field(root, "metadata", ""), version)
+    return LoadedPredictor(predictor, metadata)
+
+
+def _build(
+    global_model: LinearModel,
+    experts: dict[Scenario, LinearModel],
+    choice: dict[Scenario, ModelChoice],
+) -> BatchLatencyPredictor:
+    try:
+        return BatchLatencyPredictor(global_model, experts, choice)
+    except ValueError as error:
+        raise ValueError(f"choice: {error}") from None
+
+
+def _model_to_dict(model: LinearModel) -> dict[str, object]:
+    return {"intercept": model.intercept, "weights": list(model.weights)}
+
+
+def _model_from(data: object, where: str) -> LinearModel:
+    fields = _mapping(data, where)
+    intercept = _number(_field(fields, "intercept", where), f"{where}.intercept")
+    raw = _field(fields, "weights", where)
+    if not isinstance(raw, list):
+        raise ValueError(f"{where}.weights: expected a list of numbers, got {raw!r}")
+    weights = tuple(_number(w, f"{where}.weights[{i}]") for i, w in enumerate(raw))
+    try:
+        return LinearModel(intercept, weights)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+
+
+def _metadata_to_dict(metadata: PredictorMetadata) -> dict[str, object]:
+    return {
+        "model": metadata.model,
+        "hardware": metadata.hardware,
+        "num_samples": metadata.num_samples,
+        "created": metadata.created,
+        "training": _report_to_dict(metadata.training),
+        "validation": _report_to_dict(metadata.validation),
+    }
+
+
+def _metadata_from(data: object, version: int) -> PredictorMetadata:
+    fields = _mapping(data, "metadata")
+    return PredictorMetadata(
+        model=_string(_field(fields, "model", "metadata"), "metadata.model"),
+        hardware=_string(_field(fields, "hardware", "metadata"), "metadata.hardware"),
+        num_samples=_integer(_field(fields, "num_samples", "metadata"), "metadata.num_samples"),
+        created=_string(_field(fields, "created", "metadata"), "metadata.created"),
+        training=_report_from(fields.get("training"), "metadata.training"),
+        validation=_report_from(fields.get("validation"), "metadata.validation"),
+        format_version=version,
+    )
+
+
+def _report_to_dict(report: AccuracyReport | None) -> dict[str, object] | None:
+    if report is None:
+        return None
+    return {
+        "overall": _stats_to_dict(report.overall),
+        "by_scenario": {s.value: _stats_to_dict(e) for s, e in report.by_scenario.items()},
+    }
+
+
+def _report_from(data: object, where: str) -> AccuracyReport | None:
+    if data is None:
+        return None
+    fields = _mapping(data, where)
+    by_scenario = _mapping(_field(fields, "by_scenario", where), f"{where}.by_scenario")
+    return AccuracyReport(
+        overall=_stats_from(_field(fields, "overall", where), f"{where}.overall"),
+        by_scenario={
+            _scenario(k, f"{where}.by_scenario"): _stats_from(v, f"{where}.by_scenario.{k}")
+            for k, v in by_scenario.items()
+        },
+    )
+
+
+def _stats_to_dict(stats: ErrorStats) -> dict[str, object]:
+    """NaN (undefined) is written as null: JSON has no NaN."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in stats._asdict().items()}
+
+
+def _stats_from(data: object, where: str) -> ErrorStats:
+    fields = _mapping(data, where)
+    values = {
+        name: _optional_number(_field(fields, name, where), f"{where}.{name}")
+        for name in ErrorStats._fields
+        if name != "n"
+    }
+    n = _integer(_field(fields, "n", where), f"{where}.n")
+    return ErrorStats(n=n, **values)
+
+
+def _field(fields: Mapping[str, object], key: str, where: str) -> object:
+    if key not in fields:
+        raise ValueError(f"{where + '.' if where else ''}{key}: missing")
+    return fields[key]
+
+
+def _mapping(data: object, where: str) -> Mapping[str, object]:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+    return data
+
+
+def _number(value: object, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{where}: expected a finite number, got {value!r}")
+    return float(value)
+
+
+def _optional_number(value: object, where: str) -> float:
+    return math.nan if value is None else _number(value, where)
+
+
+def _integer(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{where}: expected a non-negative integer, got {value!r}")
+    return value
+
+
+def _string(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: expected a string, got {value!r}")
+    return value
+
+
+def _scenario(name: str, where: str) -> Scenario:
+    try:
+        return Scenario(name)
+    except ValueError:
+        known = [s.value for s in Scenario]
+        raise ValueError(f"{where}: unknown scenario {name!r} (known: {known})") from None
+
+
+def _choice(value: object, where: str) -> ModelChoice:
+    try:
+        return ModelChoice(value)
+    except ValueError:
+        known = [c.value for c in ModelChoice]
+        raise ValueError(f"{where}: expected one of {known}, got {value!r}") from None

@@ -1,0 +1,1 @@
+"""Discrete-event simulator: the engine, the ground-truth hardware model and the workloads."""

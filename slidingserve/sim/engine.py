@@ -1,0 +1,205 @@
+"""The discrete-event simulator: an engine that runs a policy's plans on a modelled GPU.
+
+Each iteration: admit arrivals, make room in the KV cache for every decode (preempting by
+recompute if needed), ask the policy for a plan, time the batch with the ground-truth
+latency model, advance the clock and emit tokens. Stretches where every running request is
+decoding and nothing waits are fast-forwarded in one vectorised step: they are most of the
+iterations at low load, and the policy's decision there is fixed by the contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from slidingserve.core.batch import BatchShape
+from slidingserve.core.kv_blocks import KVBlockManager, blocks_for_tokens
+from slidingserve.core.plan import validate_plan
+from slidingserve.core.request import Phase
+from slidingserve.core.view import EngineLimits
+from slidingserve.policies.base import IterationRecord
+from slidingserve.sim.state import EngineState
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from slidingserve.core.plan import Plan
+    from slidingserve.core.request import Request
+    from slidingserve.policies.base import Policy
+
+FAST_FORWARD_MAX_STEPS = 4096
+"""Longest decode-only run simulated in one vectorised step (bounds array sizes)."""
+
+
+class IterationTimer(Protocol):
+    """Times batches: the simulator's GPU."""
+
+    def sample_time(self, shape: BatchShape) -> float: ...
+
+    def decode_run_times(self, num_decodes: int, decode_kv: int, steps: int) -> np.ndarray: ...
+
+
+class SchedulingStallError(RuntimeError):
+    """The policy ran nothing although work was waiting and nothing could be preempted."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatorOptions:
+    limits: EngineLimits = EngineLimits()
+    fast_forward: bool = True  # vectorise decode-only stretches (exact up to float rounding)
+    validate_plans: bool = True  # check every plan against the engine limits
+    record_iterations: bool = False  # keep (start, duration, tokens, decodes) per iteration
+
+
+@dataclass(frozen=True, slots=True)
+class IterationLog:
+    """One executed iteration, when `record_iterations` is on."""
+
+    start: float  # seconds
+    duration: float  # seconds
+    num_tokens: int  # tokens in the batch
+    num_requests: int  # requests in the batch
+    num_decodes: int  # decodes in the batch
+    path: str  # the policy's decision path
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationRun:
+    """What a run leaves behind: the requests with their token times, and counters."""
+
+    requests: list[Request]
+    end_time: float  # seconds, when the last token came out
+    num_iterations: int
+    num_fast_forwarded: int  # iterations simulated inside decode-only runs
+    num_preemptions: int
+    iterations: list[IterationLog]
+
+
+class Simulator:
+    """Runs one policy over one list of requests on one modelled GPU; deterministic."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        timer: IterationTimer,
+        kv_blocks: int,
+        options: SimulatorOptions = SimulatorOptions(),
+    ) -> None:
+        self.policy = policy
+        self.timer = timer
+        self.options = options
+        self.limits = options.limits
+        self.kv_blocks = kv_blocks
+
+    def run(self, requests: Sequence[Request]) -> SimulationRun:
+        """Simulate until every request has finished. The requests are mutated in place."""
+        self._check_fits(requests)
+        state = EngineState(
+            sorted(requests, key=lambda r: r.arrival),
+            KVBlockManager(self.kv_blocks, self.limits.block_size),
+        )
+        logs: list[IterationLog] = []
+        counters = _Counters()
+        while not state.all_finished:
+            state.admit_arrivals()
+            if state.idle:
+                state.now = state.next_arrival
+                continue
+            counters.preemptions += state.make_room_for_decodes()
+            if self._can_fast_forward(state):
+                counters.fast_forwarded += self._fast_forward(state)
+                continue
+            self._step(state, counters, logs)
+        return SimulationRun(
+            state.all_requests,
+            state.now,
+            counters.iterations,
+            counters.fast_forwarded,
+            counters.preemptions,
+            logs,
+        )
+
+    def _check_fits(self, requests: Sequence[Request]) -> None:
+        for request in requests:
+            needed = blocks_for_tokens(
+                request.prompt_len + request.output_len, self.limits.block_size
+            )
+            if needed > self.kv_blocks:
+                raise ValueError(
+                    f"request {request.request_id} needs {needed} KV blocks "
+                    f"({request.prompt_len}+{request.output_len} tokens); the cache has "
+                    f"{self.kv_blocks}"
+                )
+
+    def _step(self, state: EngineState, counters: _Counters, logs: list[IterationLog]) -> None:
+        plan = self._plan(state, counters)
+        shape = BatchShape.from_plan(plan)
+        duration = self.timer.sample_time(shape)
+        start = state.now
+        state.execute(plan, start + duration)
+        counters.iterations += 1
+        if self.options.record_iterations:
+            logs.append(
+                IterationLog(
+                    start, duration, shape.num_tokens, len(plan), shape.num_decodes, plan.path
+                )
+            )
+        self.policy.on_iteration_end(IterationRecord(start, duration, plan, shape))
+
+    def _plan(self, state: EngineState, counters: _Counters) -> Plan:
+        """Ask the policy; if it runs nothing, preempt the newest request and ask again."""
+        while True:
+            view = state.view(self.limits)
+            plan = self.policy.schedule(view)
+            if plan.chunks:
+                if self.options.validate_plans:
+                    validate_plan(plan, view)
+                return plan
+            if not state.running:
+                raise SchedulingStallError(
+                    f"policy {self.policy.name!r} scheduled nothing with "
+                    f"{len(state.waiting)} requests waiting and {view.kv.num_free} free KV blocks"
+                )
+            state.preempt(state.running[-1])
+            counters.preemptions += 1
+
+    def _can_fast_forward(self, state: EngineState) -> bool:
+        if not self.options.fast_forward or state.waiting:
+            return False
+        num_decodes = len(state.running)
+        return (
+            num_decodes <= min(self.limits.max_num_seqs, self.limits.max_num_batched_tokens)
+            and all(r.phase is Phase.DECODING for r in state.running)
+            and self.policy.schedules_all_decodes(num_decodes)
+        )
+
+    def _fast_forward(self, state: EngineState) -> int:
+        """Run decode-only iterations until an arrival, a completion or a KV limit."""
+        running = state.running
+        num_decodes = len(running)
+        steps = min(
+            FAST_FORWARD_MAX_STEPS,
+            min(r.remaining_output for r in running),
+            self.limits.block_size * (state.kv.num_free // num_decodes),
+        )
+        if steps < 1:
+            steps = 1
+        decode_kv = sum(r.num_computed for r in running)
+        durations = self.timer.decode_run_times(num_decodes, decode_kv, steps)
+        ends = state.now + np.cumsum(durations)
+        if state.has_pending_arrivals:
+            # An iteration that starts at or after the next arrival must see it.
+            starts_before = int(np.searchsorted(ends, state.next_arrival, side="left")) + 1
+            steps = min(steps, starts_before)
+        state.execute_decode_run(ends[:steps].tolist())
+        self.policy.on_decode_run(durations[:steps].tolist(), num_decodes)
+        return steps
+
+
+@dataclass(slots=True)
+class _Counters:
+    iterations: int = 0
+    fast_forwarded: int = 0
+    preemptions: int = 0

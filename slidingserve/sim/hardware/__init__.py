@@ -1,0 +1,26 @@
+"""Ground-truth GPU latency model of the simulator: catalog, measured tables, latency."""
+
+from __future__ import annotations
+
+from slidingserve.sim.hardware.catalog import (
+    AttentionFit,
+    GPUSpec,
+    ModelSpec,
+    list_gpus,
+    list_models,
+    load_gpu,
+    load_model,
+)
+from slidingserve.sim.hardware.latency import GroundTruthLatency, HardwareConfig
+
+__all__ = [
+    "AttentionFit",
+    "GPUSpec",
+    "GroundTruthLatency",
+    "HardwareConfig",
+    "ModelSpec",
+    "list_gpus",
+    "list_models",
+    "load_gpu",
+    "load_model",
+]

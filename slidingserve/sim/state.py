@@ -1,0 +1,135 @@
+"""The simulated engine's queues, KV cache and clock, and how a plan changes them."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from slidingserve.core.request import Phase
+from slidingserve.core.view import SchedulerView
+
+if TYPE_CHECKING:
+    from slidingserve.core.kv_blocks import KVBlockManager
+    from slidingserve.core.plan import Plan
+    from slidingserve.core.request import Request
+    from slidingserve.core.view import EngineLimits
+
+
+class EngineState:
+    """Queues (waiting, running in admission order), the KV cache and the clock."""
+
+    def __init__(self, requests_by_arrival: list[Request], kv: KVBlockManager) -> None:
+        self.all_requests = requests_by_arrival
+        self.kv = kv
+        self.now = 0.0
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+        self._next_pending = 0
+        self._num_finished = 0
+
+    @property
+    def all_finished(self) -> bool:
+        return self._num_finished == len(self.all_requests)
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+    @property
+    def has_pending_arrivals(self) -> bool:
+        return self._next_pending < len(self.all_requests)
+
+    @property
+    def next_arrival(self) -> float:
+        if self.has_pending_arrivals:
+            return self.all_requests[self._next_pending].arrival
+        return math.inf
+
+    def admit_arrivals(self) -> None:
+        pending = self.all_requests
+        while self._next_pending < len(pending) and pending[self._next_pending].arrival <= self.now:
+            self.waiting.append(pending[self._next_pending])
+            self._next_pending += 1
+
+    def view(self, limits: EngineLimits) -> SchedulerView:
+        decoding = [r for r in self.running if r.phase is Phase.DECODING]
+        prefilling = [r for r in self.running if r.phase is Phase.PREFILLING]
+        return SchedulerView(
+            self.now, self.waiting, self.running, prefilling, decoding, limits, self.kv
+        )
+
+    def make_room_for_decodes(self) -> int:
+        """Preempt the newest running requests until every decode can cache one more token.
+
+        Returns the number of preemptions (vLLM's recompute preemption, newest first).
+        """
+        preempted = 0
+        while self._blocks_for_next_decode() > self.kv.num_free:
+            self.preempt(self.running[-1])
+            preempted += 1
+        return preempted
+
+    def _blocks_for_next_decode(self) -> int:
+        kv = self.kv
+        return sum(kv.extra_blocks(r, 1) for r in self.running if r.phase is Phase.DECODING)
+
+    def preempt(self, request: Request) -> None:
+        """Drop `request`'s KV cache; it waits at the head of the queue to recompute."""
+        self.kv.free(request)
+        request.num_computed = 0
+        request.phase = Phase.WAITING
+        request.num_preemptions += 1
+        self.running.remove(request)
+        self.waiting.insert(0, request)
+
+    def execute(self, plan: Plan, end: float) -> None:
+        """Apply `plan`, which ran until time `end`: cache tokens, emit tokens, finish."""
+        admitted = finished = False
+        for request, tokens in plan.chunks:
+            self.kv.grow(request, tokens)
+            request.num_computed += tokens
+            if request.phase is Phase.DECODING:
+                finished |= self._emit(request, end)
+                continue
+            if request.phase is Phase.WAITING:
+                request.phase = Phase.PREFILLING
+                self.running.append(request)
+                admitted = True
+            if request.num_computed == request.prefill_target:
+                request.phase = Phase.DECODING
+                finished |= self._emit(request, end)
+        if admitted:
+            self.waiting = [r for r in self.waiting if r.phase is Phase.WAITING]
+        if finished:
+            self.running = [r for r in self.running if r.phase is not Phase.FINISHED]
+        self.now = end
+
+    def execute_decode_run(self, ends: list[float]) -> None:
+        """Apply len(ends) decode-only iterations of every running request, ending at `ends`."""
+        steps = len(ends)
+        finished = False
+        for request in self.running:
+            self.kv.grow(request, steps)
+            request.num_computed += steps
+            request.token_times.extend(ends)
+            request.num_generated += steps
+            if request.num_generated >= request.output_len:
+                finished = True
+                self._finish(request)
+        if finished:
+            self.running = [r for r in self.running if r.phase is not Phase.FINISHED]
+        self.now = ends[-1]
+
+    def _emit(self, request: Request, time: float) -> bool:
+        """Emit one token of `request` at `time`; True if that finished it."""
+        request.token_times.append(time)
+        request.num_generated += 1
+        if request.num_generated < request.output_len:
+            return False
+        self._finish(request)
+        return True
+
+    def _finish(self, request: Request) -> None:
+        request.phase = Phase.FINISHED
+        self.kv.free(request)
+        self._num_finished += 1

@@ -1,0 +1,81 @@
+"""Workload generator for the simulator: request lengths, arrivals, SLOs, named workloads.
+
+Typical use::
+
+    config = WorkloadConfig("mixed-v1", num_requests=2000, arrival=ArrivalConfig("poisson"))
+    requests = generate_requests(config, rate=4.0, seed=0, max_model_len=8192)
+"""
+
+from __future__ import annotations
+
+from slidingserve.sim.workloads.arrivals import (
+    ArrivalConfig,
+    OverloadWindow,
+    arrival_times,
+    scale_arrivals,
+    unit_arrivals,
+)
+from slidingserve.sim.workloads.lengths import (
+    TRACE_FILES,
+    EmbeddedLengths,
+    LengthDistribution,
+    QuantileTable,
+    TraceLengths,
+    embedded_distribution,
+    load_quantile_tables,
+    trace_distribution,
+)
+from slidingserve.sim.workloads.slo import (
+    CONVERSATIONAL,
+    SLO_PRESETS,
+    SUMMARIZATION,
+    WORKLOAD_CLASSES,
+    slo_for,
+)
+from slidingserve.sim.workloads.traces import LengthTable, TraceFormatError, read_trace
+from slidingserve.sim.workloads.workload import (
+    WORKLOADS,
+    WorkloadConfig,
+    WorkloadSample,
+    WorkloadSource,
+    WorkloadSpec,
+    generate_requests,
+    get_workload,
+    length_sources,
+    sample_workload,
+    trim_to_context,
+)
+
+__all__ = [
+    "CONVERSATIONAL",
+    "SLO_PRESETS",
+    "SUMMARIZATION",
+    "TRACE_FILES",
+    "WORKLOADS",
+    "WORKLOAD_CLASSES",
+    "ArrivalConfig",
+    "EmbeddedLengths",
+    "LengthDistribution",
+    "LengthTable",
+    "OverloadWindow",
+    "QuantileTable",
+    "TraceFormatError",
+    "TraceLengths",
+    "WorkloadConfig",
+    "WorkloadSample",
+    "WorkloadSource",
+    "WorkloadSpec",
+    "arrival_times",
+    "embedded_distribution",
+    "generate_requests",
+    "get_workload",
+    "length_sources",
+    "load_quantile_tables",
+    "read_trace",
+    "sample_workload",
+    "scale_arrivals",
+    "slo_for",
+    "trace_distribution",
+    "trim_to_context",
+    "unit_arrivals",
+]

@@ -1,0 +1,266 @@
+"""Named workloads and the generator that turns one into a list of `Request`s.
+
+Determinism and common random numbers: `generate_requests(config, rate, seed, ...)` depends
+only on its arguments. The seed feeds three independent numpy Generators, spawned from one
+`SeedSequence(seed)` in a fixed order: mixing (which source each request comes from), lengths
+(one child per source) and arrivals (unit-rate pattern). The rate enters only when the unit-rate
+arrival pattern is mapped to seconds, so for one seed the request lengths, sources and classes
+are the same at every rate, and without an overload window the arrival times are inversely
+proportional to the rate. A later stream (e.g. SLO tiers) is spawned after these three, which
+leaves them unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from slidingserve.core.request import SLO, Request
+from slidingserve.sim.workloads.arrivals import ArrivalConfig, arrival_times
+from slidingserve.sim.workloads.lengths import (
+    TRACE_FILES,
+    LengthDistribution,
+    embedded_distribution,
+    trace_distribution,
+)
+from slidingserve.sim.workloads.slo import (
+    CONVERSATIONAL,
+    SUMMARIZATION,
+    WORKLOAD_CLASSES,
+    check_slo_choice,
+    slo_for,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import numpy.typing as npt
+
+
+class WorkloadSource(NamedTuple):
+    """One stream of requests inside a workload."""
+
+    source: str  # length source: a key of TRACE_FILES ("sharegpt", "arxiv")
+    workload_class: str  # SLO class of its requests, one of slo.WORKLOAD_CLASSES
+    weight: float  # share of the requests, relative to the workload's other sources
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """A named workload: where request lengths come from and in what proportion."""
+
+    name: str
+    sources: tuple[WorkloadSource, ...]
+
+    def __post_init__(self) -> None:
+        if not self.sources:
+            raise ValueError(f"workload {self.name!r} has no sources")
+        for source in self.sources:
+            if source.source not in TRACE_FILES:
+                known = ", ".join(sorted(TRACE_FILES))
+                raise ValueError(f"{self.name}: unknown source {source.source!r}; known: {known}")
+            if source.workload_class not in WORKLOAD_CLASSES:
+                known = ", ".join(WORKLOAD_CLASSES)
+                raise ValueError(
+                    f"{self.name}: unknown class {source.workload_class!r}; known: {known}"
+                )
+            if not source.weight > 0:
+                raise ValueError(f"{self.name}: weight of {source.source} must be positive")
+
+    @property
+    def probabilities(self) -> npt.NDArray[np.float64]:
+        """Probability that a request comes from each source, in `sources` order."""
+        weights = np.asarray([source.weight for source in self.sources], dtype=np.float64)
+        probabilities: npt.NDArray[np.float64] = weights / weights.sum()
+        return probabilities
+
+
+_SHAREGPT = WorkloadSource("sharegpt", CONVERSATIONAL, 1.0)
+_ARXIV = WorkloadSource("arxiv", SUMMARIZATION, 1.0)
+
+WORKLOADS: dict[str, WorkloadSpec] = {
+    "sharegpt": WorkloadSpec("sharegpt", (_SHAREGPT,)),
+    "arxiv": WorkloadSpec("arxiv", (_ARXIV,)),
+    "mixed-v1": WorkloadSpec("mixed-v1", (_SHAREGPT._replace(weight=3.0), _ARXIV)),
+    "mixed-v2": WorkloadSpec("mixed-v2", (_SHAREGPT._replace(weight=5.0), _ARXIV)),
+}
+"""Workload name -> spec. The mixes are ShareGPT:arXiv by request count, drawn at random."""
+
+
+def get_workload(name: str) -> WorkloadSpec:
+    """The workload called `name`; ValueError listing the known names otherwise."""
+    if name not in WORKLOADS:
+        raise ValueError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
+    return WORKLOADS[name]
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """Everything that defines a workload except the rate and the seed.
+
+    Lengths come from the embedded tables when `trace_dir` is None, else by resampling the
+    trace CSVs (`TRACE_FILES` names) in `trace_dir`. `trace_files` names a CSV per source
+    explicitly, e.g. `(("arxiv", Path("my_arxiv.csv")),)`, and wins over both.
+    """
+
+    name: str  # a key of WORKLOADS
+    num_requests: int
+    arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
+    slo_preset: str = "strict"  # a key of slo.SLO_PRESETS
+    slo_scale: float = 1.0  # multiplies every TTFT and TBT target
+    trace_dir: Path | None = None
+    trace_files: tuple[tuple[str, Path], ...] = ()  # (source, CSV path) overrides
+
+    def __post_init__(self) -> None:
+        spec = get_workload(self.name)
+        if isinstance(self.num_requests, bool) or not isinstance(self.num_requests, int):
+            raise ValueError(f"num_requests must be an integer, got {self.num_requests!r}")
+        if self.num_requests < 1:
+            raise ValueError(f"num_requests must be at least 1, got {self.num_requests}")
+        check_slo_choice(self.slo_preset, self.slo_scale)
+        used = {source.source for source in spec.sources}
+        for source, _ in self.trace_files:
+            if source not in used:
+                known = ", ".join(sorted(used))
+                raise ValueError(f"{self.name} has no source {source!r} to read; it has {known}")
+
+    @property
+    def spec(self) -> WorkloadSpec:
+        return WORKLOADS[self.name]
+
+    def trace_path(self, source: str) -> Path | None:
+        """The CSV that `source` is resampled from, or None for the embedded table."""
+        explicit = dict(self.trace_files)
+        if source in explicit:
+            return Path(explicit[source])
+        if self.trace_dir is not None:
+            return Path(self.trace_dir) / TRACE_FILES[source]
+        return None
+
+
+@dataclass(frozen=True)
+class WorkloadSample:
+    """A generated workload as arrays, request i in row i (before `Request`s are built)."""
+
+    arrivals: npt.NDArray[np.float64]  # seconds, sorted, first at 0
+    prompt_lens: npt.NDArray[np.int64]  # tokens, after trimming to the context
+    output_lens: npt.NDArray[np.int64]  # tokens, after trimming to the context
+    source_index: npt.NDArray[np.intp]  # position of each request's source in spec.sources
+    spec: WorkloadSpec
+
+    def __len__(self) -> int:
+        return len(self.arrivals)
+
+    @property
+    def workload_classes(self) -> list[str]:
+        """SLO class of each request."""
+        classes = [source.workload_class for source in self.spec.sources]
+        return [classes[k] for k in self.source_index.tolist()]
+
+
+class _Streams(NamedTuple):
+    """Independent random streams of one seed (module docstring)."""
+
+    mixing: np.random.Generator
+    lengths: tuple[np.random.Generator, ...]  # one per source, in spec.sources order
+    arrivals: np.random.Generator
+
+
+def _streams(seed: int, num_sources: int) -> _Streams:
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a nonnegative integer, got {seed!r}")
+    mixing, lengths, arrivals = np.random.SeedSequence(seed).spawn(3)
+    return _Streams(
+        np.random.default_rng(mixing),
+        tuple(np.random.default_rng(child) for child in lengths.spawn(num_sources)),
+        np.random.default_rng(arrivals),
+    )
+
+
+def length_sources(config: WorkloadConfig) -> dict[str, LengthDistribution]:
+    """The length distribution of each source of the workload; reads trace files if asked."""
+    distributions: dict[str, LengthDistribution] = {}
+    for source in config.spec.sources:
+        path = config.trace_path(source.source)
+        distributions[source.source] = (
+            embedded_distribution(source.source) if path is None else trace_distribution(path)
+        )
+    return distributions
+
+
+def trim_to_context(
+    prompt: npt.NDArray[np.int64], output: npt.NDArray[np.int64], max_model_len: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Trim lengths to the context: prompt ≤ L − 1, then output ≤ L − prompt (L in tokens).
+
+    A request keeps at least one output token, and prompt + output never exceeds L.
+    """
+    if isinstance(max_model_len, bool) or not isinstance(max_model_len, int | np.integer):
+        raise ValueError(f"max_model_len must be an integer, got {max_model_len!r}")
+    if max_model_len < 2:
+        raise ValueError(f"max_model_len must be at least 2 tokens, got {max_model_len}")
+    trimmed_prompt = np.minimum(prompt, max_model_len - 1)
+    return trimmed_prompt, np.minimum(output, max_model_len - trimmed_prompt)
+
+
+def sample_workload(
+    config: WorkloadConfig,
+    rate: float,
+    seed: int,
+    max_model_len: int,
+    lengths: Mapping[str, LengthDistribution] | None = None,
+) -> WorkloadSample:
+    """The workload's arrays at `rate` (requests/s) for `seed`; see `generate_requests`."""
+    spec, n = config.spec, config.num_requests
+    streams = _streams(seed, len(spec.sources))
+    distributions = length_sources(config) if lengths is None else lengths
+    source_index = streams.mixing.choice(len(spec.sources), size=n, p=spec.probabilities)
+    prompt = np.empty(n, dtype=np.int64)
+    output = np.empty(n, dtype=np.int64)
+    for k, source in enumerate(spec.sources):
+        rows = np.flatnonzero(source_index == k)
+        drawn = distributions[source.source].sample(len(rows), streams.lengths[k])
+        prompt[rows], output[rows] = drawn.prompt, drawn.output
+    prompt, output = trim_to_context(prompt, output, max_model_len)
+    arrivals = arrival_times(n, rate, config.arrival, streams.arrivals)
+    return WorkloadSample(arrivals, prompt, output, source_index.astype(np.intp), spec)
+
+
+def generate_requests(
+    config: WorkloadConfig,
+    rate: float,
+    seed: int,
+    max_model_len: int,
+    lengths: Mapping[str, LengthDistribution] | None = None,
+) -> list[Request]:
+    """`config.num_requests` requests "r0", "r1", ... arriving at base `rate` (requests/s).
+
+    Deterministic for a seed, with common random numbers across rates (module docstring).
+    Lengths are trimmed to the context of `max_model_len` tokens: prompt = min(prompt, L − 1),
+    then output = min(output, L − prompt). `lengths` (from `length_sources(config)`) saves
+    re-reading trace files when generating the same workload many times.
+    """
+    sample = sample_workload(config, rate, seed, max_model_len, lengths)
+    slos = _source_slos(config)
+    rows = zip(
+        sample.arrivals.tolist(),
+        sample.prompt_lens.tolist(),
+        sample.output_lens.tolist(),
+        sample.source_index.tolist(),
+        strict=True,
+    )
+    return [
+        Request(f"r{i}", arrival, prompt, output, slos[k])
+        for i, (arrival, prompt, output, k) in enumerate(rows)
+    ]
+
+
+def _source_slos(config: WorkloadConfig) -> list[SLO]:
+    """The SLO of each source's requests, in spec.sources order (per-request tiers go here)."""
+    return [
+        slo_for(source.workload_class, config.slo_preset, config.slo_scale)
+        for source in config.spec.sources
+    ]

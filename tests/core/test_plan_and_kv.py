@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import pytest
+from factories import make_decoding, make_request, make_view
+
+from slidingserve.core import (
+    EngineLimits,
+    InvalidPlanError,
+    KVBlockManager,
+    Plan,
+    PlanBuilder,
+    ScheduledChunk,
+    blocks_for_tokens,
+    validate_plan,
+)
+
+
+class TestKVBlocks:
+    def test_blocks_round_up(self) -> None:
+        assert [blocks_for_tokens(n, 16) for n in (0, 1, 16, 17, 32, 33)] == [0, 1, 1, 2, 2, 3]
+
+    def test_grow_allocates_only_new_blocks(self) -> None:
+        kv = KVBlockManager(10, 16)
+        request = make_request(prompt=40)
+        kv.grow(request, 20)  # 2 blocks
+        request.num_computed = 20
+        assert kv.extra_blocks(request, 12) == 0  # 32 tokens still fit in 2 blocks
+        assert kv.extra_blocks(request, 13) == 1
+        kv.grow(request, 13)
+        assert (kv.held(request), kv.num_free) == (3, 7)
+        kv.free(request)
+        assert kv.num_free == 10
+
+    def test_over_commit_raises(self) -> None:
+        kv = KVBlockManager(2, 16)
+        with pytest.raises(RuntimeError, match="over-commit"):
+            kv.grow(make_request(prompt=100), 33)
+
+
+class TestPlanBuilder:
+    def test_budget_is_shared_by_decodes_and_prefills(self) -> None:
+        decodes = [make_decoding(f"d{i}") for i in range(3)]
+        waiting = [make_request("w0", prompt=10), make_request("w1", prompt=50)]
+        view, _ = make_view(waiting=waiting, running=decodes)
+        builder = PlanBuilder(view, token_budget=20)
+        builder.add_decodes(view.decoding)
+        builder.add_prefills(view.waiting)
+        plan = builder.build()
+        assert [(c.request.request_id, c.tokens) for c in plan.chunks] == [
+            ("d0", 1),
+            ("d1", 1),
+            ("d2", 1),
+            ("w0", 10),
+            ("w1", 7),
+        ]
+        assert plan.total_tokens == 20
+
+    def test_kv_limits_a_chunk(self) -> None:
+        view, _ = make_view(waiting=[make_request("w", prompt=100)], kv_blocks=3)
+        builder = PlanBuilder(view)
+        assert builder.add(view.waiting[0], 100) == 48
+
+    def test_batch_size_cap_limits_admissions(self) -> None:
+        limits = EngineLimits(max_num_seqs=2)
+        running = [make_decoding("d0")]
+        waiting = [make_request("w0"), make_request("w1")]
+        view, _ = make_view(waiting=waiting, running=running, limits=limits)
+        builder = PlanBuilder(view)
+        builder.add_decodes(view.decoding)
+        builder.add_prefills(view.waiting)
+        assert [c.request.request_id for c in builder.chunks] == ["d0", "w0"]
+
+
+class TestValidatePlan:
+    def test_a_builder_plan_is_valid(self) -> None:
+        view, _ = make_view(waiting=[make_request("w", prompt=30)], running=[make_decoding("d")])
+        builder = PlanBuilder(view)
+        builder.add_decodes(view.decoding)
+        builder.add_prefills(view.waiting)
+        validate_plan(builder.build(), view)
+
+    def test_decode_with_two_tokens_is_invalid(self) -> None:
+        decode = make_decoding("d")
+        view, _ = make_view(running=[decode])
+        with pytest.raises(InvalidPlanError, match="not 1"):
+            validate_plan(Plan([ScheduledChunk(decode, 2)]), view)
+
+    def test_more_than_remaining_prefill_is_invalid(self) -> None:
+        request = make_request("w", prompt=30)
+        view, _ = make_view(waiting=[request])
+        with pytest.raises(InvalidPlanError, match="remain"):
+            validate_plan(Plan([ScheduledChunk(request, 31)]), view)
+
+    def test_over_budget_is_invalid(self) -> None:
+        request = make_request("w", prompt=3000)
+        view, _ = make_view(waiting=[request])
+        with pytest.raises(InvalidPlanError, match="max_num_batched_tokens"):
+            validate_plan(Plan([ScheduledChunk(request, 2049)]), view)
+
+    def test_kv_over_commit_is_invalid(self) -> None:
+        request = make_request("w", prompt=100)
+        view, _ = make_view(waiting=[request], kv_blocks=2)
+        with pytest.raises(InvalidPlanError, match="KV"):
+            validate_plan(Plan([ScheduledChunk(request, 40)]), view)
+
+    def test_duplicate_request_is_invalid(self) -> None:
+        request = make_request("w", prompt=100)
+        view, _ = make_view(waiting=[request])
+        plan = Plan([ScheduledChunk(request, 10), ScheduledChunk(request, 10)])
+        with pytest.raises(InvalidPlanError, match="twice"):
+            validate_plan(plan, view)

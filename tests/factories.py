@@ -1,0 +1,102 @@
+"""Small builders shared by the tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from slidingserve.core import (
+    SLO,
+    BatchShape,
+    EngineLimits,
+    KVBlockManager,
+    Phase,
+    Request,
+    SchedulerView,
+)
+
+
+def make_request(
+    request_id: str = "r0",
+    *,
+    arrival: float = 0.0,
+    prompt: int = 100,
+    output: int = 10,
+    ttft: float = 1.0,
+    tbt: float = 0.05,
+    protected: bool = False,
+    computed: int = 0,
+    generated: int = 0,
+    phase: Phase | None = None,
+) -> Request:
+    """A request; `phase` defaults to what `computed`/`generated` imply."""
+    if phase is None:
+        phase = Phase.DECODING if generated else Phase.PREFILLING if computed else Phase.WAITING
+    return Request(
+        request_id,
+        arrival,
+        prompt,
+        output,
+        SLO(ttft, tbt, protected),
+        phase=phase,
+        num_computed=computed,
+        num_generated=generated,
+    )
+
+
+def make_decoding(
+    request_id: str,
+    *,
+    prompt: int = 100,
+    generated: int = 1,
+    output: int = 10,
+    arrival: float = 0.0,
+    ttft: float = 1.0,
+    tbt: float = 0.05,
+) -> Request:
+    """A request in decode: its prompt and all but its last generated token are cached."""
+    return make_request(
+        request_id,
+        arrival=arrival,
+        prompt=prompt,
+        output=output,
+        ttft=ttft,
+        tbt=tbt,
+        computed=prompt + generated - 1,
+        generated=generated,
+    )
+
+
+def make_view(
+    *,
+    now: float = 0.0,
+    waiting: Sequence[Request] = (),
+    running: Sequence[Request] = (),
+    limits: EngineLimits = EngineLimits(),
+    kv_blocks: int = 100_000,
+) -> tuple[SchedulerView, KVBlockManager]:
+    """A view over the given queues, with the running requests' blocks already allocated."""
+    kv = KVBlockManager(kv_blocks, limits.block_size)
+    for request in running:
+        saved, request.num_computed = request.num_computed, 0
+        kv.grow(request, saved)
+        request.num_computed = saved
+    decoding = [r for r in running if r.phase is Phase.DECODING]
+    prefilling = [r for r in running if r.phase is Phase.PREFILLING]
+    view = SchedulerView(now, list(waiting), list(running), prefilling, decoding, limits, kv)
+    return view, kv
+
+
+class LinearTimer:
+    """A GPU whose batch time is `fixed + per_token · tokens`, seconds, no noise."""
+
+    def __init__(self, fixed: float = 0.01, per_token: float = 1e-4) -> None:
+        self.fixed = fixed
+        self.per_token = per_token
+
+    def sample_time(self, shape: BatchShape) -> float:
+        return self.fixed + self.per_token * shape.num_tokens
+
+    def decode_run_times(self, num_decodes: int, decode_kv: int, steps: int) -> np.ndarray:
+        return np.full(steps, self.fixed + self.per_token * num_decodes)

@@ -1,0 +1,180 @@
+"""The simulator on hand-worked runs and, under hypothesis, its invariants."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from factories import LinearTimer, make_request
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slidingserve.core import EngineLimits, Plan, Request, SchedulerView, blocks_for_tokens
+from slidingserve.policies import POLICIES, Policy, PolicyContext, make_policy
+from slidingserve.sim.engine import (
+    SchedulingStallError,
+    SimulationRun,
+    Simulator,
+    SimulatorOptions,
+)
+
+
+def simulate(
+    requests: list[Request],
+    policy: str | Policy = "sarathi",
+    *,
+    limits: EngineLimits = EngineLimits(),
+    kv_blocks: int = 10_000,
+    fast_forward: bool = True,
+    timer: LinearTimer | None = None,
+) -> SimulationRun:
+    if isinstance(policy, str):
+        policy = make_policy(policy, PolicyContext(limits))
+    options = SimulatorOptions(limits=limits, fast_forward=fast_forward, record_iterations=True)
+    return Simulator(policy, timer or LinearTimer(), kv_blocks, options).run(requests)
+
+
+class TestHandWorked:
+    def test_one_request_prefill_then_decodes(self) -> None:
+        # 100-token prefill: 0.01 + 100e-4 = 0.02 s; each decode 0.01 + 1e-4 = 0.0101 s.
+        request = make_request(prompt=100, output=3)
+        simulate([request], fast_forward=False)
+        assert request.token_times == pytest.approx([0.02, 0.0301, 0.0402])
+
+    def test_chunked_prefill_spans_iterations(self) -> None:
+        request = make_request(prompt=1000, output=1)
+        run = simulate([request])
+        # Chunks of 512 and 488: 0.0612 + 0.0588 s.
+        assert request.token_times == pytest.approx([0.12])
+        assert [log.num_tokens for log in run.iterations] == [512, 488]
+
+    def test_engine_waits_for_the_first_arrival(self) -> None:
+        request = make_request(arrival=5.0, prompt=100, output=1)
+        simulate([request])
+        assert request.token_times == pytest.approx([5.02])
+
+    def test_a_request_arriving_mid_iteration_joins_the_next_one(self) -> None:
+        first = make_request("a", prompt=100, output=5)
+        second = make_request("b", arrival=0.025, prompt=100, output=1)
+        simulate([first, second])
+        # Iteration 1 [0, 0.02): a's prefill. Iteration 2 [0.02, 0.0301): a decodes; b is
+        # not there yet. Iteration 3 [0.0301, ...): a decode + b's 100 tokens = 0.0201 s.
+        assert second.token_times == pytest.approx([0.0502])
+        assert first.token_times[:3] == pytest.approx([0.02, 0.0301, 0.0502])
+
+    def test_fast_forward_gives_the_same_token_times(self) -> None:
+        def workload() -> list[Request]:
+            return [
+                make_request(f"r{i}", arrival=0.3 * i, prompt=200 + 50 * i, output=40 + 7 * i)
+                for i in range(6)
+            ]
+
+        slow, fast = workload(), workload()
+        simulate(slow, fast_forward=False)
+        run = simulate(fast)
+        assert run.num_fast_forwarded > 0
+        for a, b in zip(slow, fast, strict=True):
+            assert a.token_times == pytest.approx(b.token_times, rel=1e-12)
+
+    def test_decode_growth_preempts_the_newest_request(self) -> None:
+        # Three blocks of 16: both 16-token prompts fit, but both cannot grow to 36 tokens.
+        old = make_request("old", prompt=16, output=20)
+        new = make_request("new", arrival=0.001, prompt=16, output=20)
+        run = simulate([old, new], kv_blocks=3)
+        assert run.num_preemptions >= 1
+        assert new.num_preemptions >= 1 and old.num_preemptions == 0
+        assert len(old.token_times) == 20 and len(new.token_times) == 20
+
+    def test_request_too_big_for_the_cache_is_rejected_up_front(self) -> None:
+        with pytest.raises(ValueError, match="r0 needs 7 KV blocks"):
+            simulate([make_request(prompt=90, output=10)], kv_blocks=6)
+
+    def test_a_policy_that_schedules_nothing_is_reported(self) -> None:
+        class Idle(Policy):
+            name = "idle"
+            config_type = type(None)
+
+            def schedule(self, view: SchedulerView) -> Plan:
+                return Plan()
+
+        with pytest.raises(SchedulingStallError, match="idle"):
+            simulate([make_request()], Idle(None, PolicyContext(EngineLimits())))
+
+
+class CheckingPolicy(Policy):
+    """Wraps a policy and checks every plan against limits it computes on its own."""
+
+    name = "checking"
+    config_type = type(None)
+
+    def __init__(self, inner: Policy, token_budget: int) -> None:
+        super().__init__(None, inner.context)
+        self.inner = inner
+        self.token_budget = token_budget
+        self.plans = 0
+
+    def schedule(self, view: SchedulerView) -> Plan:
+        plan = self.inner.schedule(view)
+        limits = view.limits
+        assert plan.total_tokens <= min(self.token_budget, limits.max_num_batched_tokens)
+        assert len(plan.chunks) <= limits.max_num_seqs
+        new_blocks = sum(
+            blocks_for_tokens(r.num_computed + n, limits.block_size) - view.kv.held(r)
+            for r, n in plan.chunks
+        )
+        assert new_blocks <= view.kv.num_free
+        assert view.num_running + sum(1 for r, _ in plan.chunks if r in view.waiting) <= (
+            limits.max_num_seqs
+        )
+        self.plans += 1
+        return plan
+
+    def schedules_all_decodes(self, num_decoding: int) -> bool:
+        return self.inner.schedules_all_decodes(num_decoding)
+
+
+request_specs = st.lists(
+    st.tuples(
+        st.floats(0, 2.0),  # arrival
+        st.integers(1, 1500),  # prompt
+        st.integers(1, 60),  # output
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    specs=request_specs,
+    policy_name=st.sampled_from(sorted(POLICIES)),
+    budget=st.integers(8, 1024),
+    max_seqs=st.integers(1, 16),
+    spare_blocks=st.integers(0, 200),
+    fast_forward=st.booleans(),
+)
+def test_simulator_invariants(
+    specs: list[tuple[float, int, int]],
+    policy_name: str,
+    budget: int,
+    max_seqs: int,
+    spare_blocks: int,
+    fast_forward: bool,
+) -> None:
+    requests = [
+        make_request(f"r{i}", arrival=a, prompt=p, output=o) for i, (a, p, o) in enumerate(specs)
+    ]
+    limits = EngineLimits(max_num_batched_tokens=budget, max_num_seqs=max_seqs)
+    biggest = max(blocks_for_tokens(r.prompt_len + r.output_len, 16) for r in requests)
+    options = (
+        {"max_num_batched_tokens": budget} if policy_name == "vllm" else {"chunk_size": budget}
+    )
+    policy = CheckingPolicy(make_policy(policy_name, PolicyContext(limits), options), budget)
+    simulate(
+        requests, policy, limits=limits, kv_blocks=biggest + spare_blocks, fast_forward=fast_forward
+    )
+    for request in requests:
+        times = request.token_times
+        assert len(times) == request.output_len  # completed, never more tokens than asked
+        assert times[0] > request.arrival
+        assert all(a < b for a, b in itertools.pairwise(times))
