@@ -11,7 +11,7 @@ Reads `a100/<profile>/mlp.csv` for each catalog model and
 - `a100_<model>.json`: per TP degree, the grid of batch token counts, the per-layer sum of the
   median times (ms) of the linear/norm/activation ops, and the embedding median (ms per batch);
 - `a100_pairwise_nvlink_all_reduce.json`: per number of workers, median all-reduce time (ms)
-  by message size (bytes), binned on a log grid of four bins per octave.
+  by message size (bytes), binned on a log grid of eight bins per octave.
 
 It prints one line per file written. The raw CSVs stay outside the repository.
 """
@@ -51,7 +51,7 @@ LAYER_OPS = (
     "post_attention_layernorm",
     "add",
 )
-BINS_PER_OCTAVE = 4
+BINS_PER_OCTAVE = 8
 DIGITS = 6  # ms rounded to the nanosecond: far below measurement noise
 
 
@@ -124,7 +124,7 @@ def derive_model(data: Path, out: Path, model: str) -> Path:
 
 
 def log_bins(points: list[tuple[int, float]]) -> tuple[list[int], list[float]]:
-    """Median size and median time of the points in each quarter-octave bin of size."""
+    """Median size and median time of the points in each log bin (BINS_PER_OCTAVE an octave)."""
     bins: dict[int, list[tuple[int, float]]] = defaultdict(list)
     for size, ms in points:
         bins[round(BINS_PER_OCTAVE * math.log2(size))].append((size, ms))

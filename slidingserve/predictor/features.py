@@ -83,6 +83,7 @@ class PrefillQueueProfile:
     """
 
     __slots__ = (
+        "_cached",
         "_cum_attention",
         "_cum_cached",
         "_cum_remaining",
@@ -92,7 +93,6 @@ class PrefillQueueProfile:
         "_num_decodes",
         "_prefix_max",
         "_scenario",
-        "_cached",
     )
 
     def __init__(

@@ -41,9 +41,7 @@ class RobustFitConfig:
     tolerance: float = 1e-6  # stop when no weight moves more than this
 
 
-def fit_linear(
-    x: FloatArray, y: FloatArray, config: RobustFitConfig | None = None
-) -> LinearModel:
+def fit_linear(x: FloatArray, y: FloatArray, config: RobustFitConfig | None = None) -> LinearModel:
     """Robust fit of y ≈ b + x·w with w ≥ 0 and b free; x is (n, 7) features, y seconds."""
     config = config or RobustFitConfig()
     if x.ndim != 2 or x.shape[1] != NUM_FEATURES or y.shape != (x.shape[0],):

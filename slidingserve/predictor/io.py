@@ -180,7 +180,9 @@ def _report_from(data: object, where: str) -> AccuracyReport | None:
 
 def _stats_to_dict(stats: ErrorStats) -> dict[str, object]:
     """NaN (undefined) is written as null: JSON has no NaN."""
-    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in stats._asdict().items()}
+    return {
+        k: None if isinstance(v, float) and math.isnan(v) else v for k, v in stats._asdict().items()
+    }
 
 
 def _stats_from(data: object, where: str) -> ErrorStats:

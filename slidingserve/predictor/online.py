@@ -155,7 +155,9 @@ class OnlineLearner:
             )
         except Exception:
             self._num_failures += 1
-            logger.exception("online refit on %d samples failed; keeping the old predictor", len(samples))
+            logger.exception(
+                "online refit on %d samples failed; keeping the old predictor", len(samples)
+            )
             return None
         self._last_fit = result
         self._predictor = result.predictor  # the atomic swap readers see

@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from slidingserve.core.batch import BatchShape
 from slidingserve.predictor.features import Sample
 from slidingserve.predictor.fit import fit_predictor
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    import numpy as np
 
     from slidingserve.predictor.model import BatchLatencyPredictor
     from slidingserve.predictor.report import AccuracyReport
@@ -97,8 +97,6 @@ def fit_from_timer(
 
     Returns the predictor and its accuracy on the held-out part of the samples.
     """
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     shapes = random_batch_shapes(n_samples, rng, max_tokens, max_context, max_decodes)
     samples = [Sample.from_shape(shape, timer(shape)) for shape in shapes]

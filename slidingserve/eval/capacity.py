@@ -1,0 +1,97 @@
+"""An upper bound on any scheduler's throughput: 1 / E[least GPU-seconds a request needs].
+
+Every iteration costs its non-attention time (linear layers, embedding, all-reduce, CPU
+overhead) plus attention. The non-attention time of a batch of n tokens is at least
+n · min_m (time(m) / m) over batch sizes m the engine allows, so a request's tokens cost at
+least that much each, however they are batched. Attention is additive per request: its
+prefill at the chunk size that minimises it, its decodes at their per-token cost with the
+per-batch constant amortised away. Nothing is shared across requests beyond what the bound
+already amortises, so no schedule finishes requests faster on average (up to the noise,
+which has mean 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from slidingserve.core.view import EngineLimits
+from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
+from slidingserve.sim.workloads import WorkloadConfig, sample_workload
+
+CHUNK_SIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityBound:
+    rate: float  # requests per second no scheduler can sustain beyond
+    seconds_per_request: float  # mean least GPU-seconds per request
+    token_seconds: float  # least non-attention seconds per token
+    best_batch_tokens: int  # batch size where that least cost is reached
+
+
+def capacity_bound(
+    workload: WorkloadConfig,
+    hardware: HardwareConfig,
+    limits: EngineLimits,
+    num_samples: int = 4000,
+    seed: int = 0,
+) -> CapacityBound:
+    """The bound for `workload` on `hardware`, averaged over `num_samples` drawn requests."""
+    latency = GroundTruthLatency(dataclasses.replace(hardware, noise=0.0))
+    sample = sample_workload(
+        dataclasses.replace(workload, num_requests=num_samples),
+        1.0,
+        seed,
+        load_model(hardware.model).max_model_len,
+    )
+    prompt = sample.prompt_lens.astype(np.float64)
+    output = sample.output_lens.astype(np.float64)
+    sizes = np.arange(1, limits.max_num_batched_tokens + 1)
+    per_token = latency.non_attention_time(sizes) / sizes
+    best = int(np.argmin(per_token))
+    token_seconds = float(per_token[best])
+    tokens = prompt + output - 1  # the last prefill step emits the first token
+    seconds = (
+        token_seconds * tokens
+        + _least_prefill_attention(latency, sample.prompt_lens, limits.max_num_batched_tokens)
+        + _decode_attention(latency, prompt, output)
+    )
+    mean = float(seconds.mean())
+    return CapacityBound(1.0 / mean, mean, token_seconds, int(sizes[best]))
+
+
+def _least_prefill_attention(
+    latency: GroundTruthLatency, prompts: np.ndarray, max_chunk: int
+) -> np.ndarray:
+    """Per request, the least attention time of its prefill over the chunk sizes."""
+    best = np.full(prompts.size, np.inf)
+    for size in (c for c in CHUNK_SIZES if c <= max_chunk):
+        best = np.minimum(best, _chunked_prefill_attention(latency, prompts, size))
+    return best
+
+
+def _chunked_prefill_attention(
+    latency: GroundTruthLatency, prompts: np.ndarray, size: int
+) -> np.ndarray:
+    num_chunks = -(-prompts // size)
+    owner = np.repeat(np.arange(prompts.size), num_chunks)
+    first_chunk = np.concatenate(([0], np.cumsum(num_chunks)[:-1]))
+    index = np.arange(owner.size) - first_chunk[owner]
+    cached = index * size
+    chunk = np.minimum(size, prompts[owner] - cached)
+    times = latency.prefill_attention_time(chunk, cached)
+    return np.bincount(owner, weights=times, minlength=prompts.size)
+
+
+def _decode_attention(
+    latency: GroundTruthLatency, prompt: np.ndarray, output: np.ndarray
+) -> np.ndarray:
+    """Per request, decode attention at its per-token cost (affine in the context)."""
+    per_request = float(latency.decode_attention_time(2, 0) - latency.decode_attention_time(1, 0))
+    per_kv_token = float(latency.decode_attention_time(1, 1) - latency.decode_attention_time(1, 0))
+    steps = output - 1  # decodes after the first token; contexts prompt .. prompt + steps − 1
+    kv_read = steps * prompt + steps * (steps - 1) / 2
+    return steps * per_request + per_kv_token * kv_read

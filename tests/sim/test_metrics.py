@@ -1,0 +1,64 @@
+"""Metrics on hand-made token times."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from factories import make_request
+
+from slidingserve.core import Request
+from slidingserve.sim.metrics import TbtReading, compute_metrics
+
+
+def finished(request_id: str, arrival: float, times: list[float], **slo: float) -> Request:
+    request = make_request(request_id, arrival=arrival, output=len(times), **slo)  # type: ignore[arg-type]
+    request.token_times = times
+    return request
+
+
+def test_latencies_follow_vllm_definitions() -> None:
+    # a: TTFT 0.5, gaps 0.1 and 0.3, TPOT (0.9 − 0.5)/2 = 0.2. b: one token, TTFT 0.2.
+    a = finished("a", 0.0, [0.5, 0.6, 0.9])
+    b = finished("b", 1.0, [1.2])
+    metrics = compute_metrics([a, b])
+    assert metrics.ttft.mean == pytest.approx(0.35)
+    assert metrics.tbt.p50 == pytest.approx(0.2)
+    assert metrics.tbt.mean == pytest.approx(0.2)
+    assert metrics.tpot.mean == pytest.approx(0.2)  # only a has a TPOT
+    assert metrics.e2e.p50 == pytest.approx((0.9 + 0.2) / 2)
+    assert metrics.duration == pytest.approx(1.2)
+    assert metrics.output_throughput == pytest.approx(4 / 1.2)
+
+
+def test_cumulative_reading_lets_early_tokens_bank_slack() -> None:
+    # Deadlines 1.0, 1.1, 1.2. The first token at 0.1 banks slack; a 0.5 s pause then a
+    # token at 0.6 is still before 1.1: no violation cumulatively, one per gap.
+    request = finished("a", 0.0, [0.1, 0.6, 0.65], ttft=1.0, tbt=0.1)
+    cumulative = compute_metrics([request])
+    per_gap = compute_metrics([request], TbtReading.PER_GAP)
+    assert cumulative.violation_rate == 0.0
+    assert per_gap.tbt_violation_rate == 1.0
+    assert per_gap.ttft_violation_rate == 0.0
+    assert per_gap.tbt_reading == "per-gap"
+
+
+def test_violations_are_counted_per_request_and_by_kind() -> None:
+    ok = finished("ok", 0.0, [0.9, 1.0, 1.1], ttft=1.0, tbt=0.1)
+    late_first = finished("ttft", 0.0, [1.01, 1.05], ttft=1.0, tbt=0.1)
+    late_third = finished("tbt", 0.0, [0.5, 1.05, 1.21], ttft=1.0, tbt=0.1)
+    on_deadline = finished("edge", 0.0, [1.0], ttft=1.0, tbt=0.1)
+    metrics = compute_metrics([ok, late_first, late_third, on_deadline])
+    assert metrics.ttft_violation_rate == pytest.approx(0.25)
+    assert metrics.tbt_violation_rate == pytest.approx(0.25)
+    assert metrics.violation_rate == pytest.approx(0.5)
+
+
+def test_percentiles_of_many_gaps() -> None:
+    times = list(np.cumsum(np.full(101, 0.01)))
+    metrics = compute_metrics([finished("a", 0.0, times)])
+    assert metrics.tbt.p99 == pytest.approx(0.01)
+
+
+def test_unfinished_request_is_an_error() -> None:
+    with pytest.raises(ValueError, match="emitted no token"):
+        compute_metrics([make_request("x")])
