@@ -83,9 +83,10 @@ class TestOverload:
         assert np.array_equal(arrivals(200, 2.0, config), arrivals(200, 2.0))
 
     def test_factor_below_one_is_a_lull(self) -> None:
-        units = np.array([0.0, 1.0, 2.0, 3.0])
+        # Λ(t) = t up to 1 s, 1 + 0.5 (t - 1) in [1, 2), 1.5 + (t - 2) after.
+        units = np.array([0.0, 1.0, 1.25, 2.0, 3.0])
         times = scale_arrivals(units, 1.0, OverloadWindow(1.0, 1.0, 0.5))
-        assert times.tolist() == [0.0, 1.0, 3.0, 4.0]
+        assert times.tolist() == [0.0, 1.0, 1.5, 2.5, 3.5]
 
 
 @st.composite

@@ -1,0 +1,260 @@
+"""The goodput experiment: policies × workloads × seeds, searched in parallel.
+
+For each workload the capacity bound gives the first rate to try (half of it). Each
+(policy, workload, seed) search is one task; tasks run in a process pool over the
+machine's cores. The same seeds serve every policy (common random numbers), and a
+violation-rate curve over a common grid of rates is measured for the plot.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from slidingserve.core.view import EngineLimits
+from slidingserve.eval.capacity import CapacityBound, capacity_bound
+from slidingserve.eval.goodput import GoodputEstimate, SearchSettings, search_goodput
+from slidingserve.policies import get_policy_class
+from slidingserve.sim.hardware import HardwareConfig
+from slidingserve.sim.runner import SimulationSpec, simulate
+from slidingserve.sim.workloads import ArrivalConfig, WorkloadConfig, get_workload
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+Progress = Callable[[int], None]  # called with the number of tasks just finished
+
+
+@dataclass(frozen=True)
+class GoodputExperiment:
+    """What to compare and how."""
+
+    policies: tuple[str, ...] = ("vllm", "sarathi", "sarathi-edf")
+    workloads: tuple[str, ...] = ("sharegpt", "arxiv", "mixed-v1", "mixed-v2")
+    seeds: tuple[int, ...] = (0, 1, 2)
+    num_requests: int = 400  # requests per simulated trial
+    arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
+    slo_preset: str = "strict"
+    slo_scale: float = 1.0
+    trace_dir: str | None = None  # None: embedded length tables
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    limits: EngineLimits = field(default_factory=EngineLimits)
+    policy_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    search: SearchSettings = field(default_factory=SearchSettings)
+    curve_points: int = 8  # rates on the violation curve per workload (0: no curve)
+    jobs: int = 0  # worker processes; 0: one per core
+
+    def __post_init__(self) -> None:
+        if not self.policies or not self.workloads or not self.seeds:
+            raise ValueError("need at least one policy, one workload and one seed")
+        for name in self.policies:
+            get_policy_class(name)
+        for name in self.workloads:
+            get_workload(name)
+        unknown = sorted(set(self.policy_options) - set(self.policies))
+        if unknown:
+            raise ValueError(f"options given for policies not in the run: {', '.join(unknown)}")
+        self.workload_config(self.workloads[0])  # validates SLO preset, counts, trace dir
+        if self.curve_points < 0 or self.jobs < 0:
+            raise ValueError("curve_points and jobs must be non-negative")
+
+    def workload_config(self, name: str) -> WorkloadConfig:
+        return WorkloadConfig(
+            name,
+            self.num_requests,
+            self.arrival,
+            self.slo_preset,
+            self.slo_scale,
+            Path(self.trace_dir) if self.trace_dir else None,
+        )
+
+    def spec(self, policy: str, workload: str) -> SimulationSpec:
+        return SimulationSpec(
+            policy,
+            self.workload_config(workload),
+            self.hardware,
+            self.limits,
+            dict(self.policy_options.get(policy, {})),
+        )
+
+    @property
+    def worker_count(self) -> int:
+        return self.jobs or os.cpu_count() or 1
+
+
+@dataclass(frozen=True, slots=True)
+class GoodputRow:
+    """Goodput of one policy on one workload, over the seeds."""
+
+    policy: str
+    workload: str
+    goodput_mean: float  # req/s
+    goodput_std: float  # req/s, sample standard deviation over seeds (0 for one seed)
+    interpolated_mean: float  # req/s, QoServe-style interpolation
+    per_seed: tuple[float, ...]  # req/s, in seed order
+    capacity_bound: float  # req/s
+    trials: int  # simulations the searches ran
+
+    @property
+    def fraction_of_bound(self) -> float:
+        return self.goodput_mean / self.capacity_bound
+
+
+@dataclass(frozen=True, slots=True)
+class CurvePoint:
+    policy: str
+    workload: str
+    rate: float  # req/s
+    violation_rate: float  # fraction of requests
+    ttft_violation_rate: float
+    tbt_violation_rate: float
+
+
+@dataclass(frozen=True)
+class ExperimentResult:
+    experiment: GoodputExperiment
+    bounds: dict[str, CapacityBound]
+    rows: list[GoodputRow]
+    curve: list[CurvePoint]
+
+
+@dataclass(frozen=True, slots=True)
+class _SearchTask:
+    spec: SimulationSpec
+    seed: int
+    initial_rate: float
+    settings: SearchSettings
+
+
+def _run_search(task: _SearchTask) -> GoodputEstimate:
+    def violation_at(rate: float) -> float:
+        return simulate(task.spec, rate, task.seed).metrics.violation_rate
+
+    return search_goodput(violation_at, task.initial_rate, task.settings)
+
+
+@dataclass(frozen=True, slots=True)
+class _CurveTask:
+    spec: SimulationSpec
+    seed: int
+    rate: float
+
+
+def _run_curve_point(task: _CurveTask) -> CurvePoint:
+    metrics = simulate(task.spec, task.rate, task.seed).metrics
+    return CurvePoint(
+        task.spec.policy,
+        task.spec.workload.name,
+        task.rate,
+        metrics.violation_rate,
+        metrics.ttft_violation_rate,
+        metrics.tbt_violation_rate,
+    )
+
+
+def run_experiment(
+    experiment: GoodputExperiment, progress: Progress | None = None
+) -> ExperimentResult:
+    """Run every search, then the curves; `progress` hears of each finished task."""
+    bounds = {
+        name: capacity_bound(
+            experiment.workload_config(name), experiment.hardware, experiment.limits
+        )
+        for name in experiment.workloads
+    }
+    keys = [
+        (policy, workload, seed)
+        for workload in experiment.workloads
+        for policy in experiment.policies
+        for seed in experiment.seeds
+    ]
+    tasks = [
+        _SearchTask(experiment.spec(p, w), s, 0.5 * bounds[w].rate, experiment.search)
+        for p, w, s in keys
+    ]
+    with _executor(experiment.worker_count) as pool:
+        estimates = _map(pool, _run_search, tasks, progress)
+        rows = _rows(experiment, bounds, dict(zip(keys, estimates, strict=True)))
+        curve_tasks = _curve_tasks(experiment, rows)
+        curve = _map(pool, _run_curve_point, curve_tasks, progress)
+    return ExperimentResult(experiment, bounds, rows, curve)
+
+
+def task_count(experiment: GoodputExperiment) -> int:
+    """How many tasks `run_experiment` reports through `progress`."""
+    searches = len(experiment.policies) * len(experiment.workloads) * len(experiment.seeds)
+    curves = len(experiment.policies) * len(experiment.workloads) * experiment.curve_points
+    return searches + curves
+
+
+def _rows(
+    experiment: GoodputExperiment,
+    bounds: Mapping[str, CapacityBound],
+    estimates: Mapping[tuple[str, str, int], GoodputEstimate],
+) -> list[GoodputRow]:
+    rows = []
+    for workload in experiment.workloads:
+        for policy in experiment.policies:
+            found = [estimates[policy, workload, seed] for seed in experiment.seeds]
+            values = tuple(e.goodput for e in found)
+            rows.append(
+                GoodputRow(
+                    policy=policy,
+                    workload=workload,
+                    goodput_mean=statistics.fmean(values),
+                    goodput_std=statistics.stdev(values) if len(values) > 1 else 0.0,
+                    interpolated_mean=statistics.fmean(e.interpolated for e in found),
+                    per_seed=values,
+                    capacity_bound=bounds[workload].rate,
+                    trials=sum(len(e.probes) for e in found),
+                )
+            )
+    return rows
+
+
+def _curve_tasks(experiment: GoodputExperiment, rows: list[GoodputRow]) -> list[_CurveTask]:
+    """A common grid per workload, from a quarter to 1.5× the best goodput found."""
+    tasks = []
+    points = experiment.curve_points
+    for workload in experiment.workloads:
+        best = max(r.goodput_mean for r in rows if r.workload == workload)
+        top = 1.5 * best if best > 0 else 0.5 * rows[0].capacity_bound
+        rates = [top * (0.15 + 0.85 * i / max(1, points - 1)) for i in range(points)]
+        for policy in experiment.policies:
+            spec = experiment.spec(policy, workload)
+            tasks += [_CurveTask(spec, experiment.seeds[0], rate) for rate in rates]
+    return tasks
+
+
+def _executor(workers: int) -> Executor:
+    return ProcessPoolExecutor(max_workers=workers) if workers > 1 else _InlineExecutor()
+
+
+def _map(
+    pool: Executor, function: Callable[[T], R], items: Iterable[T], progress: Progress | None
+) -> list[R]:
+    """`function` over `items` in the pool, results in input order, progress as they finish."""
+    futures = {pool.submit(function, item): index for index, item in enumerate(items)}
+    results: dict[int, R] = {}
+    for future in as_completed(futures):
+        results[futures[future]] = future.result()
+        if progress is not None:
+            progress(1)
+    return [results[index] for index in range(len(futures))]
+
+
+class _InlineExecutor(Executor):
+    """Runs tasks in this process (one worker): simpler to debug and profile."""
+
+    def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Any:
+        future: Future[R] = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as error:  # the caller sees it from future.result()
+            future.set_exception(error)
+        return future

@@ -1,0 +1,130 @@
+"""Tables and files from experiment results."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from slidingserve.eval.experiment import ExperimentResult
+    from slidingserve.sim.runner import SimulationResult
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain text table, first column left-aligned, the others right-aligned."""
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [str(cells[0]).ljust(widths[0])]
+        parts += [str(cell).rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True)]
+        return "  ".join(parts)
+
+    rule = "  ".join("-" * width for width in widths)
+    return "\n".join([line(header), rule, *(line(row) for row in rows)])
+
+
+def goodput_table(result: ExperimentResult) -> str:
+    """Workloads down, policies across: mean ± std goodput (req/s) and its share of the bound."""
+    experiment = result.experiment
+    header = ["workload", "bound", *experiment.policies]
+    rows = []
+    for workload in experiment.workloads:
+        cells = [workload, f"{result.bounds[workload].rate:.2f}"]
+        for policy in experiment.policies:
+            row = next(r for r in result.rows if r.policy == policy and r.workload == workload)
+            cells.append(
+                f"{row.goodput_mean:.2f} ± {row.goodput_std:.2f} ({row.fraction_of_bound:.0%})"
+            )
+        rows.append(cells)
+    return format_table(header, rows)
+
+
+def describe_setup(result: ExperimentResult) -> str:
+    e = result.experiment
+    return (
+        f"{e.hardware.gpu} {e.hardware.model} TP{e.hardware.tp}, {e.slo_preset} SLOs "
+        f"(scale {e.slo_scale:g}), {e.arrival.process} arrivals, {e.num_requests} requests "
+        f"per trial, seeds {list(e.seeds)}, ≤ {e.search.threshold:.0%} violating, "
+        f"precision {e.search.precision:.0%}, TBT deadlines cumulative"
+    )
+
+
+def simulation_table(results: Sequence[SimulationResult]) -> str:
+    header = ["policy", "workload", "rate", "viol%", "ttft%", "tbt%"]
+    header += ["TTFT p50/p99 ms", "TBT p50/p99 ms", "TPOT p50 ms", "req/s", "tok/s"]
+    rows = []
+    for result in results:
+        row = result.to_row()
+        rows.append(
+            [
+                row["policy"],
+                row["workload"],
+                f"{row['rate']:.2f}",
+                f"{100 * row['violation_rate']:.1f}",
+                f"{100 * row['ttft_violation_rate']:.1f}",
+                f"{100 * row['tbt_violation_rate']:.1f}",
+                f"{row['ttft_p50_ms']:.0f} / {row['ttft_p99_ms']:.0f}",
+                f"{row['tbt_p50_ms']:.1f} / {row['tbt_p99_ms']:.1f}",
+                f"{row['tpot_p50_ms']:.1f}",
+                f"{row['throughput_rps']:.2f}",
+                f"{row['output_tps']:.0f}",
+            ]
+        )
+    return format_table(header, rows)
+
+
+def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as stream:
+        writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def write_json(path: Path, payload: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")
+
+
+def experiment_payload(result: ExperimentResult) -> dict[str, Any]:
+    return {
+        "setup": describe_setup(result),
+        "experiment": dataclasses.asdict(result.experiment),
+        "capacity_bounds": {k: dataclasses.asdict(v) for k, v in result.bounds.items()},
+        "goodput": [
+            {**dataclasses.asdict(row), "fraction_of_bound": row.fraction_of_bound}
+            for row in result.rows
+        ],
+        "violation_curve": [dataclasses.asdict(point) for point in result.curve],
+    }
+
+
+def goodput_rows(result: ExperimentResult) -> list[dict[str, Any]]:
+    return [
+        {
+            "policy": row.policy,
+            "workload": row.workload,
+            "goodput_mean": row.goodput_mean,
+            "goodput_std": row.goodput_std,
+            "interpolated_mean": row.interpolated_mean,
+            "per_seed": " ".join(f"{v:.4f}" for v in row.per_seed),
+            "capacity_bound": row.capacity_bound,
+            "fraction_of_bound": row.fraction_of_bound,
+            "trials": row.trials,
+        }
+        for row in result.rows
+    ]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if hasattr(value, "value"):  # enums
+        return value.value
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
