@@ -100,3 +100,6 @@ class LinearTimer:
 
     def decode_run_times(self, num_decodes: int, decode_kv: int, steps: int) -> np.ndarray:
         return np.full(steps, self.fixed + self.per_token * num_decodes)
+
+    def consume_noise(self, count: int) -> None:
+        """No noise to consume."""

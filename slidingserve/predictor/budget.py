@@ -41,7 +41,8 @@ def time_to_budget(
     `time_limit` in seconds, `max_tokens` the total-token cap B_max (decodes included).
     b = 0 (decodes only) is checked first; over b ≥ 1 (one scenario) the prediction is
     non-decreasing, so a binary search finds the boundary with at most
-    1 + ceil(log2(b_max + 1)) predictions.
+    1 + ceil(log2(b_max + 1)) predictions. The decodes are always in the batch, even when
+    |D| alone exceeds `max_tokens` (then b = 0).
     """
     num_decodes = profile.num_decodes
     base_time = predicted_time_at(model, profile, 0)

@@ -104,6 +104,11 @@ class CandidateErrors(NamedTuple):
     expert_mae: float  # seconds; NaN when the scenario has no expert or no held-out samples
     global_mae: float  # seconds; NaN when the scenario has no held-out samples
 
+    @property
+    def prefer_expert(self) -> bool:
+        """Expert at least as good as global, or nothing held out to tell (NaN compares false)."""
+        return not self.expert_mae > self.global_mae
+
 
 class FitResult(NamedTuple):
     """A fitted predictor and how well it did."""
@@ -145,7 +150,7 @@ def fit_predictor(
             experts[scenario] = fit_linear(*_arrays(own_train), config)
         errors = _candidate_errors(experts.get(scenario), global_model, own_held_out)
         selection[scenario] = errors
-        if scenario in experts and not errors.expert_mae > errors.global_mae:
+        if scenario in experts and errors.prefer_expert:
             choice[scenario] = ModelChoice.EXPERT
     predictor = BatchLatencyPredictor(global_model, experts, choice)
     return FitResult(

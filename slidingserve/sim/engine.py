@@ -40,6 +40,8 @@ class IterationTimer(Protocol):
 
     def decode_run_times(self, num_decodes: int, decode_kv: int, steps: int) -> np.ndarray: ...
 
+    def consume_noise(self, count: int) -> None: ...
+
 
 class SchedulingStallError(RuntimeError):
     """The policy ran nothing although work was waiting and nothing could be preempted."""
@@ -193,6 +195,7 @@ class Simulator:
             # An iteration that starts at or after the next arrival must see it.
             starts_before = int(np.searchsorted(ends, state.next_arrival, side="left")) + 1
             steps = min(steps, starts_before)
+        self.timer.consume_noise(steps)
         state.execute_decode_run(ends[:steps].tolist())
         self.policy.on_decode_run(durations[:steps].tolist(), num_decodes)
         return steps

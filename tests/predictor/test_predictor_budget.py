@@ -20,7 +20,8 @@ from slidingserve.predictor import (
 
 
 def make_predictor(
-    intercept: float = 0.005, weights: tuple[float, ...] = (1e-9, 1e-9, 1e-8, 1e-4, 1e-8, 2e-5, 1e-6)
+    intercept: float = 0.005,
+    weights: tuple[float, ...] = (1e-9, 1e-9, 1e-8, 1e-4, 1e-8, 2e-5, 1e-6),
 ) -> BatchLatencyPredictor:
     return BatchLatencyPredictor.single(LinearModel(intercept, weights))
 
@@ -104,7 +105,10 @@ class TestTimeToBudget:
         # 1 ms per prefill token, 10 ms fixed, 2 decodes at 1 ms each: T(b) = 12 ms + b ms.
         model = make_predictor(0.010, (0, 0, 0, 0.001, 0, 0.001, 0))
         profile = PrefillQueueProfile([5, 5], [(10, 0), (10, 0)])
-        assert time_to_budget(model, profile, 0.0175, 100) == Budget(7, 5, pytest.approx(0.017), True)
+        budget = time_to_budget(model, profile, 0.0175, 100)
+        assert budget[:2] == (7, 5)
+        assert budget.predicted_time == pytest.approx(0.017)
+        assert budget.fits
         exact = predicted_time_at(model, profile, 5)
         assert time_to_budget(model, profile, exact, 100).prefill_tokens == 5
 
@@ -112,12 +116,17 @@ class TestTimeToBudget:
         model = make_predictor(0.010, (0, 0, 0, 0.001, 0, 0.001, 0))
         profile = PrefillQueueProfile([5, 5], [(10, 0)])
         budget = time_to_budget(model, profile, 0.011, 100)
-        assert budget == Budget(2, 0, pytest.approx(0.012), False)
+        assert budget[:2] == (2, 0)
+        assert budget.predicted_time == pytest.approx(0.012)
+        assert not budget.fits
 
     def test_only_the_decodes_fit(self) -> None:
         model = make_predictor(0.010, (0, 0, 0, 0.001, 0, 0.001, 0))
         profile = PrefillQueueProfile([5, 5], [(10, 0)])
-        assert time_to_budget(model, profile, 0.0125, 100) == Budget(2, 0, pytest.approx(0.012), True)
+        budget = time_to_budget(model, profile, 0.0125, 100)
+        assert budget[:2] == (2, 0)
+        assert budget.predicted_time == pytest.approx(0.012)
+        assert budget.fits
 
     @pytest.mark.parametrize(("max_tokens", "expected"), [(10_000, 60), (50, 48), (2, 0), (1, 0)])
     def test_huge_limit_takes_capacity_or_max_tokens(self, max_tokens: int, expected: int) -> None:

@@ -15,9 +15,7 @@ from slidingserve.predictor import (
 )
 
 
-def greedy_shape(
-    decodes: list[int], candidates: list[tuple[int, int]], b: int
-) -> BatchShape:
+def greedy_shape(decodes: list[int], candidates: list[tuple[int, int]], b: int) -> BatchShape:
     """The batch of the decodes plus the first b queue tokens, built the slow way."""
     chunks: list[tuple[int, int]] = []
     left = b
@@ -92,9 +90,7 @@ class TestPrefillQueueProfile:
 
     @given(
         decodes=st.lists(st.integers(0, 10_000), max_size=6),
-        candidates=st.lists(
-            st.tuples(st.integers(1, 40), st.integers(0, 2_000)), max_size=8
-        ),
+        candidates=st.lists(st.tuples(st.integers(1, 40), st.integers(0, 2_000)), max_size=8),
         max_requests=st.one_of(st.none(), st.integers(0, 8)),
     )
     def test_matches_the_explicit_batch_for_every_b(

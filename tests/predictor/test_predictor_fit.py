@@ -34,7 +34,8 @@ def synthetic(
 
 
 def relative_errors(model: LinearModel) -> np.ndarray:
-    return np.abs(np.asarray(model.weights) - TRUE_WEIGHTS) / TRUE_WEIGHTS
+    errors: np.ndarray = np.abs(np.asarray(model.weights) - TRUE_WEIGHTS) / TRUE_WEIGHTS
+    return errors
 
 
 class TestFitLinear:
@@ -118,7 +119,10 @@ class TestFitPredictor:
         assert Scenario.MIXED not in predictor.experts
         assert predictor.model_for(Scenario.MIXED) is predictor.global_model
         assert Scenario.DECODE_ONLY in predictor.experts
-        assert result.selection[Scenario.MIXED].expert_mae != result.selection[Scenario.MIXED].expert_mae
+        assert (
+            result.selection[Scenario.MIXED].expert_mae
+            != result.selection[Scenario.MIXED].expert_mae
+        )
 
     def test_choice_follows_held_out_error(self) -> None:
         result = fit_predictor(shape_samples(1500, seed=8), validation_fraction=0.3, seed=1)

@@ -178,3 +178,20 @@ def test_simulator_invariants(
         assert len(times) == request.output_len  # completed, never more tokens than asked
         assert times[0] > request.arrival
         assert all(a < b for a, b in itertools.pairwise(times))
+
+
+def test_fast_forward_is_exact_on_the_noisy_ground_truth() -> None:
+    from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig
+    from slidingserve.sim.workloads import WorkloadConfig, generate_requests
+
+    def run(fast_forward: bool) -> list[Request]:
+        requests = generate_requests(WorkloadConfig("sharegpt", 60), 1.5, 3, 8192)
+        latency = GroundTruthLatency(HardwareConfig(noise=0.05), seed=3)
+        policy = make_policy("sarathi", PolicyContext(EngineLimits()))
+        options = SimulatorOptions(fast_forward=fast_forward)
+        Simulator(policy, latency, latency.kv_capacity_blocks(16), options).run(requests)
+        return requests
+
+    stepped, forwarded = run(False), run(True)
+    for a, b in zip(stepped, forwarded, strict=True):
+        assert a.token_times == pytest.approx(b.token_times, rel=1e-12)

@@ -100,17 +100,19 @@ class GroundTruthLatency:
     def sample_time(self, shape: BatchShape) -> float:
         """Noisy time (s) of one iteration; consumes one factor of the seeded noise stream."""
         if self._next_factor == len(self._factors):
-            self._draw_factors()
+            self._ensure_factors(1)
         factor = self._factors[self._next_factor]
         self._next_factor += 1
         return self.expected_time(shape) * factor
 
     def decode_run_times(self, num_decodes: int, decode_kv: int, steps: int) -> FloatArray:
-        """Noisy times (s) of `steps` consecutive decode-only iterations.
+        """Noisy times (s) of up to `steps` consecutive decode-only iterations.
 
         Step j runs `num_decodes` decodes reading `decode_kv + j·num_decodes` KV tokens (each
-        decode's context grows by one per step). Consumes `steps` factors of the same noise
-        stream as `sample_time`.
+        decode's context grows by one per step). The noise is the next `steps` factors of the
+        stream `sample_time` reads, but they are only looked at: the caller decides how many
+        of the steps run and then calls `consume_noise` with that count, so a fast-forwarded
+        run draws exactly the noise that step-by-step `sample_time` calls would.
         """
         if num_decodes < 1 or decode_kv < 0 or steps < 0:
             raise ValueError(
@@ -119,7 +121,15 @@ class GroundTruthLatency:
             )
         kv = decode_kv + num_decodes * np.arange(steps, dtype=np.float64)
         attention = self._dec0 + self._dec_b * num_decodes + self._dec_k * kv
-        return (attention + self._non_attention_at(num_decodes)) * self._take_factors(steps)
+        self._ensure_factors(steps)
+        factors = self._factor_array[self._next_factor : self._next_factor + steps]
+        return (attention + self._non_attention_at(num_decodes)) * factors
+
+    def consume_noise(self, count: int) -> None:
+        """Move past `count` noise factors (those of the decode-only steps that ran)."""
+        if not 0 <= count <= len(self._factors) - self._next_factor:
+            raise ValueError(f"cannot consume {count} noise factors: only looked at fewer")
+        self._next_factor += count
 
     def non_attention_time(self, num_tokens: npt.ArrayLike) -> FloatArray:
         """Seconds per batch of everything but attention: ops, embedding, all-reduce, CPU."""
@@ -202,20 +212,14 @@ class GroundTruthLatency:
             return self._non_attention[tokens]
         return self._non_attention[-1] + self._tail_slope * (tokens - self._max_tokens)
 
-    def _draw_factors(self) -> None:
-        normal = self._rng.standard_normal(_NOISE_BLOCK)
-        self._factor_array = np.maximum(_MIN_NOISE_FACTOR, 1.0 + self.config.noise * normal)
+    def _ensure_factors(self, count: int) -> None:
+        """Have at least `count` unread noise factors, drawn in order from the seeded stream."""
+        unread = len(self._factors) - self._next_factor
+        if unread >= count:
+            return
+        blocks = -(-(count - unread) // _NOISE_BLOCK)
+        normal = self._rng.standard_normal(blocks * _NOISE_BLOCK)
+        fresh = np.maximum(_MIN_NOISE_FACTOR, 1.0 + self.config.noise * normal)
+        self._factor_array = np.concatenate([self._factor_array[self._next_factor :], fresh])
         self._factors = self._factor_array.tolist()
         self._next_factor = 0
-
-    def _take_factors(self, count: int) -> FloatArray:
-        """The next `count` factors of the noise stream, in order."""
-        parts = [np.empty(0)]
-        while count > 0:
-            if self._next_factor == len(self._factors):
-                self._draw_factors()
-            take = min(count, len(self._factors) - self._next_factor)
-            parts.append(self._factor_array[self._next_factor : self._next_factor + take])
-            self._next_factor += take
-            count -= take
-        return np.concatenate(parts)

@@ -41,6 +41,7 @@ TRACE_FILES: dict[str, str] = {
     "arxiv": "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
 }
 """Source name -> trace CSV file name (in ../shared/data/traces); the embedded tables' names."""
+
 Copula = Literal["grid", "gaussian"]
 
 
@@ -129,10 +130,14 @@ def trace_distribution(path: str | Path) -> TraceLengths:
     return TraceLengths(read_trace(path))
 
 
-def load_quantile_tables() -> dict[str, QuantileTable]:
-    """All embedded tables by trace name, read from the package data file."""
-    data_file = resources.files("slidingserve.sim.workloads").joinpath("data", EMBEDDED_TABLES_FILE)
-    document = json.loads(data_file.read_text(encoding="utf-8"))
+def load_quantile_tables(path: Path | None = None) -> dict[str, QuantileTable]:
+    """Tables by trace name from `path`, by default the embedded package data file."""
+    if path is None:
+        package = resources.files("slidingserve.sim.workloads")
+        text = package.joinpath("data", EMBEDDED_TABLES_FILE).read_text(encoding="utf-8")
+    else:
+        text = path.read_text(encoding="utf-8")
+    document = json.loads(text)
     probabilities = np.asarray(document["probabilities"], dtype=np.float64)
     edges = np.asarray(document["rank_edges"], dtype=np.float64)
     return {

@@ -225,6 +225,21 @@ class TestDecodeRun:
         one_by_one = [b.sample_time(decodes(4, 10 + j)) for j in range(5000)]
         assert run.tolist() == pytest.approx(one_by_one, rel=1e-12)
 
+    def test_only_consumed_noise_is_used_up(self) -> None:
+        # Look at 3000 steps, run 1000: the next sample is what step 1001 would have drawn.
+        a, b = make_latency(noise=0.05, seed=5), make_latency(noise=0.05, seed=5)
+        a.decode_run_times(4, 40, steps=3000)
+        a.consume_noise(1000)
+        for j in range(1000):
+            b.sample_time(decodes(4, 10 + j))
+        assert a.sample_time(decodes(2, 7)) == b.sample_time(decodes(2, 7))
+
+    def test_cannot_consume_unseen_noise(self) -> None:
+        latency = make_latency(noise=0.05)
+        latency.decode_run_times(1, 0, steps=3)
+        with pytest.raises(ValueError, match="consume"):
+            latency.consume_noise(5000)
+
     def test_zero_steps(self, llama3: GroundTruthLatency) -> None:
         assert llama3.decode_run_times(4, 0, steps=0).shape == (0,)
 

@@ -45,10 +45,22 @@ class TestReadTrace:
         [
             ("", 1, "empty file"),
             (HEADER, 2, "no rows"),
-            ("num_prefill_tokens,num_total_tokens\n5,6\n", 1, "missing column(s) num_decode_tokens"),
+            (
+                "num_prefill_tokens,num_total_tokens\n5,6\n",
+                1,
+                "missing column(s) num_decode_tokens",
+            ),
             (HEADER + "10,5,15,2.0\n12,x,3,1.0\n", 3, "num_decode_tokens is 'x', not an integer"),
-            (HEADER + "10,5,15,2.0\n1.5,2,3,1.0\n", 3, "num_prefill_tokens is '1.5', not an integer"),
-            (HEADER + "10,5,15,2.0\n\n0,2,2,0.0\n", 4, "num_prefill_tokens is 0, must be a positive"),
+            (
+                HEADER + "10,5,15,2.0\n1.5,2,3,1.0\n",
+                3,
+                "num_prefill_tokens is '1.5', not an integer",
+            ),
+            (
+                HEADER + "10,5,15,2.0\n\n0,2,2,0.0\n",
+                4,
+                "num_prefill_tokens is 0, must be a positive",
+            ),
             (HEADER + "10,-1,9,2.0\n", 2, "num_decode_tokens is -1, must be a positive"),
             (HEADER + "10,5,15,2.0\n10,5,15\n", 3, "expected 4 fields as in the header, got 3"),
             (HEADER + "10,5,15,2.0,9\n", 2, "expected 4 fields as in the header, got 5"),

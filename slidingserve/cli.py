@@ -1,0 +1,113 @@
+"""The `slidingserve` command: simulate, search goodput, fit the predictor, list names."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from slidingserve import __version__
+from slidingserve.cli_commands import run_goodput, run_list, run_predictor, run_simulate
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _comma_list(text: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("setup (override the --config file)")
+    group.add_argument("--config", type=Path, help="TOML settings file (see README)")
+    group.add_argument("--gpu", help="GPU of the simulated replica (default a100)")
+    group.add_argument("--model", help="model served (default llama-3-8b)")
+    group.add_argument("--tp", type=int, help="tensor-parallel degree (default 1)")
+    group.add_argument("--noise", type=float, help="relative noise on iteration times (0.02)")
+    group.add_argument("--max-num-batched-tokens", type=int, help="engine token budget (2048)")
+    group.add_argument("--max-num-seqs", type=int, help="engine batch-size cap (256)")
+    group.add_argument("--requests", type=int, help="requests per simulated run")
+    group.add_argument("--arrival", help="arrival process: poisson or gamma")
+    group.add_argument("--burstiness", type=float, help="CV of gamma inter-arrival gaps")
+    group.add_argument(
+        "--overload",
+        metavar="START:DURATION:FACTOR",
+        help="transient overload: rate × FACTOR from START for DURATION seconds",
+    )
+    group.add_argument("--slo", help="SLO preset: strict or relaxed")
+    group.add_argument("--slo-scale", type=float, help="multiply every SLO target")
+    group.add_argument("--trace-dir", help="read request lengths from these trace CSVs")
+    group.add_argument("--tbt-reading", help="TBT violations: cumulative or per-gap")
+    group.add_argument(
+        "--set",
+        action="append",
+        metavar="POLICY.OPTION=VALUE",
+        help="a policy option, e.g. sarathi.chunk_size=256 (repeatable)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slidingserve",
+        description="SLO-aware scheduling for LLM inference: simulate policies, search goodput.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    simulate = commands.add_parser("simulate", help="policy × workload × rate → metrics table")
+    simulate.add_argument("--policy", type=_comma_list, default=("sarathi",), help="names, a,b")
+    simulate.add_argument("--workload", type=_comma_list, default=("sharegpt",), help="names")
+    simulate.add_argument("--rate", type=_positive_float, nargs="+", default=[1.0], help="req/s")
+    simulate.add_argument("--seed", type=int, default=0)
+    simulate.add_argument("--out", type=Path, help="write results to a .json or .csv file")
+    _add_common(simulate)
+    simulate.set_defaults(handler=run_simulate)
+
+    goodput = commands.add_parser("goodput", help="policies × workloads → goodput table + plot")
+    goodput.add_argument("--policies", type=_comma_list, help="default vllm,sarathi,sarathi-edf")
+    goodput.add_argument("--workloads", type=_comma_list, help="default all four")
+    goodput.add_argument("--seeds", type=int, help="number of seeds (default 3)")
+    goodput.add_argument("--threshold", type=float, help="violating fraction allowed (0.01)")
+    goodput.add_argument("--precision", type=float, help="relative precision (0.02)")
+    goodput.add_argument("--curve-points", type=int, help="rates per violation curve (8)")
+    goodput.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
+    goodput.add_argument("--out-dir", type=Path, default=Path("results/goodput"))
+    goodput.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_common(goodput)
+    goodput.set_defaults(handler=run_goodput)
+
+    predictor = commands.add_parser(
+        "predictor", help="fit the batch-latency predictor to the simulated GPU, report accuracy"
+    )
+    predictor.add_argument("--samples", type=int, default=4000, help="profiled batches")
+    predictor.add_argument("--seed", type=int, default=0)
+    predictor.add_argument("--out", type=Path, help="save the fitted predictor as JSON")
+    _add_common(predictor)
+    predictor.set_defaults(handler=run_predictor)
+
+    listing = commands.add_parser("list", help="policies, workloads, models, GPUs, SLO presets")
+    listing.set_defaults(handler=run_list)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except (ValueError, OSError) as error:
+        print(f"slidingserve {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"slidingserve {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

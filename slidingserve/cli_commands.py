@@ -1,0 +1,207 @@
+"""What each `slidingserve` subcommand does, given its parsed arguments."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from slidingserve import config as cfg
+from slidingserve.eval.experiment import GoodputExperiment, run_experiment, task_count
+from slidingserve.eval.plots import plot_violation_curves
+from slidingserve.eval.report import (
+    describe_setup,
+    experiment_payload,
+    goodput_rows,
+    goodput_table,
+    simulation_table,
+    write_csv,
+    write_json,
+)
+from slidingserve.policies import POLICIES
+from slidingserve.predictor import PredictorMetadata, save_predictor
+from slidingserve.sim.hardware import list_gpus, list_models
+from slidingserve.sim.profiling import hardware_label, profile_ground_truth
+from slidingserve.sim.runner import SimulationSpec, simulate
+from slidingserve.sim.workloads import SLO_PRESETS, WORKLOADS, WorkloadConfig
+
+
+def settings_from(args: argparse.Namespace) -> cfg.Settings:
+    """The --config file with the flags on top."""
+    settings = cfg.load_settings(args.config)
+    cfg.override(settings, "hardware", gpu=args.gpu, model=args.model, tp=args.tp, noise=args.noise)
+    cfg.override(
+        settings,
+        "engine",
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+    )
+    cfg.override(
+        settings,
+        "workload",
+        requests=args.requests,
+        arrival=args.arrival,
+        burstiness=args.burstiness,
+        overload=_overload(args.overload),
+        slo=args.slo,
+        slo_scale=args.slo_scale,
+        trace_dir=args.trace_dir,
+        tbt_reading=args.tbt_reading,
+    )
+    cfg.parse_assignments(args.set, settings)
+    return settings
+
+
+def _overload(text: str | None) -> dict[str, float] | None:
+    if text is None:
+        return None
+    parts = text.split(":")
+    try:
+        start, duration, factor = (float(part) for part in parts)
+    except ValueError:
+        raise ValueError(f"--overload expects START:DURATION:FACTOR, got {text!r}") from None
+    return {"start": start, "duration": duration, "factor": factor}
+
+
+def _workload_config(settings: cfg.Settings, name: str, default_requests: int) -> WorkloadConfig:
+    table = settings["workload"]
+    trace_dir = table.get("trace_dir")
+    return WorkloadConfig(
+        name,
+        table.get("requests", default_requests),
+        cfg.arrival_config(settings),
+        table.get("slo", "strict"),
+        table.get("slo_scale", 1.0),
+        Path(trace_dir) if trace_dir else None,
+    )
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    options = cfg.policy_options(settings, args.policy)
+    specs = [
+        SimulationSpec(
+            policy,
+            _workload_config(settings, workload, 1000),
+            cfg.hardware_config(settings),
+            cfg.engine_limits(settings),
+            options.get(policy, {}),
+            cfg.tbt_reading(settings),
+        )
+        for workload in args.workload
+        for policy in args.policy
+    ]
+    results = [simulate(spec, rate, args.seed) for spec in specs for rate in args.rate]
+    print(simulation_table(results))
+    if args.out:
+        _write_results(args.out, [result.to_row() for result in results])
+    return 0
+
+
+def _write_results(path: Path, rows: list[dict[str, Any]]) -> None:
+    if path.suffix == ".csv":
+        write_csv(path, rows)
+    elif path.suffix == ".json":
+        write_json(path, rows)
+    else:
+        raise ValueError(f"--out must end in .json or .csv, got {path}")
+    print(f"wrote {path}")
+
+
+def experiment_from(args: argparse.Namespace, settings: cfg.Settings) -> GoodputExperiment:
+    cfg.override(
+        settings,
+        "goodput",
+        policies=args.policies,
+        workloads=args.workloads,
+        seeds=args.seeds,
+        threshold=args.threshold,
+        precision=args.precision,
+        curve_points=args.curve_points,
+        jobs=args.jobs,
+    )
+    table = settings["goodput"]
+    defaults = GoodputExperiment()
+    policies = tuple(table.get("policies", defaults.policies))
+    seeds = table.get("seeds", len(defaults.seeds))
+    workload = settings["workload"]
+    return GoodputExperiment(
+        policies=policies,
+        workloads=tuple(table.get("workloads", defaults.workloads)),
+        seeds=tuple(seeds) if isinstance(seeds, list) else tuple(range(_count(seeds, "seeds"))),
+        num_requests=workload.get("requests", defaults.num_requests),
+        arrival=cfg.arrival_config(settings),
+        slo_preset=workload.get("slo", defaults.slo_preset),
+        slo_scale=workload.get("slo_scale", defaults.slo_scale),
+        trace_dir=workload.get("trace_dir"),
+        hardware=cfg.hardware_config(settings),
+        limits=cfg.engine_limits(settings),
+        policy_options=cfg.policy_options(settings, policies),
+        search=cfg.search_settings(settings),
+        curve_points=table.get("curve_points", defaults.curve_points),
+        jobs=table.get("jobs", defaults.jobs),
+    )
+
+
+def _count(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive count or a list, got {value!r}")
+    return value
+
+
+def run_goodput(args: argparse.Namespace) -> int:
+    experiment = experiment_from(args, settings_from(args))
+    print(
+        f"Searching goodput: {len(experiment.policies)} policies × "
+        f"{len(experiment.workloads)} workloads × {len(experiment.seeds)} seeds "
+        f"on {experiment.worker_count} worker(s)"
+    )
+    with tqdm(
+        total=task_count(experiment), desc="simulations", unit="task", disable=args.no_progress
+    ) as bar:
+        result = run_experiment(experiment, bar.update)
+    print(
+        f"\nGoodput, req/s (mean ± std over seeds; share of the capacity bound)\n"
+        f"{describe_setup(result)}\n"
+    )
+    print(goodput_table(result))
+    out: Path = args.out_dir
+    write_json(out / "goodput.json", experiment_payload(result))
+    write_csv(out / "goodput.csv", goodput_rows(result))
+    written = [out / "goodput.json", out / "goodput.csv"]
+    if result.curve:
+        written.append(plot_violation_curves(result, out / "violation_vs_rate.png"))
+    print("\nwrote " + ", ".join(str(path) for path in written))
+    return 0
+
+
+def run_predictor(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    hardware = cfg.hardware_config(settings)
+    result = profile_ground_truth(hardware, cfg.engine_limits(settings), args.samples, args.seed)
+    print(
+        f"Predictor fitted on {result.num_samples} batches of the simulated "
+        f"{hardware.model} on {hardware.gpu} TP{hardware.tp}; held-out accuracy:\n"
+    )
+    print(result.validation.format_table())
+    if args.out:
+        metadata = PredictorMetadata.from_fit(result, hardware.model, hardware_label(hardware))
+        save_predictor(args.out, result.predictor, metadata)
+        print(f"\nwrote {args.out}")
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    print("policies: " + ", ".join(POLICIES))
+    print("workloads: " + ", ".join(WORKLOADS))
+    print("models: " + ", ".join(list_models()))
+    print("gpus: " + ", ".join(list_gpus()))
+    for preset, by_class in SLO_PRESETS.items():
+        targets = ", ".join(
+            f"{cls} TTFT {slo.ttft:g} s / TBT {slo.tbt * 1000:g} ms"
+            for cls, slo in by_class.items()
+        )
+        print(f"SLO preset {preset}: {targets}")
+    return 0

@@ -1,0 +1,142 @@
+"""Settings from a TOML file and command-line flags, turned into the frozen configs.
+
+Precedence: built-in defaults < the file given with --config < flags. The file's tables:
+
+    [hardware]   gpu, model, tp, noise, gpu_memory_utilization
+    [engine]     max_num_batched_tokens, max_num_seqs, block_size
+    [workload]   requests, arrival ("poisson" | "gamma"), burstiness, slo ("strict" |
+                 "relaxed"), slo_scale, trace_dir, tbt_reading ("cumulative" | "per-gap")
+    [workload.overload]  start, duration (seconds), factor
+    [goodput]    policies, workloads, seeds, threshold, precision, curve_points, jobs
+    [policies.NAME]      that policy's options, e.g. [policies.sarathi] chunk_size = 256
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from slidingserve.core.view import EngineLimits
+from slidingserve.eval.goodput import SearchSettings
+from slidingserve.sim.hardware import HardwareConfig
+from slidingserve.sim.metrics import TbtReading
+from slidingserve.sim.workloads import ArrivalConfig, OverloadWindow
+
+Settings = dict[str, dict[str, Any]]
+SECTIONS = ("hardware", "engine", "workload", "goodput", "policies")
+
+
+def load_settings(path: Path | None) -> Settings:
+    """The tables of a TOML settings file (empty without a file); unknown tables are errors."""
+    if path is None:
+        return {section: {} for section in SECTIONS}
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"config file {path} is not valid TOML: {error}") from None
+    unknown = sorted(set(data) - set(SECTIONS))
+    if unknown:
+        known = ", ".join(SECTIONS)
+        raise ValueError(
+            f"config file {path}: unknown table(s) {', '.join(unknown)}; known: {known}"
+        )
+    return {section: dict(data.get(section, {})) for section in SECTIONS}
+
+
+def override(settings: Settings, section: str, **flags: Any) -> None:
+    """Put the flags that were given (not None) over the file's settings."""
+    settings[section].update({key: value for key, value in flags.items() if value is not None})
+
+
+def _take(table: Mapping[str, Any], section: str, known: tuple[str, ...]) -> dict[str, Any]:
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise ValueError(
+            f"[{section}]: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}"
+        )
+    return dict(table)
+
+
+def hardware_config(settings: Settings) -> HardwareConfig:
+    keys = ("gpu", "model", "tp", "noise", "gpu_memory_utilization")
+    return HardwareConfig(**_take(settings["hardware"], "hardware", keys))
+
+
+def engine_limits(settings: Settings) -> EngineLimits:
+    keys = ("max_num_batched_tokens", "max_num_seqs", "block_size")
+    return EngineLimits(**_take(settings["engine"], "engine", keys))
+
+
+WORKLOAD_KEYS = (
+    "requests",
+    "arrival",
+    "burstiness",
+    "overload",
+    "slo",
+    "slo_scale",
+    "trace_dir",
+    "tbt_reading",
+)
+
+
+def arrival_config(settings: Settings) -> ArrivalConfig:
+    table = _take(settings["workload"], "workload", WORKLOAD_KEYS)
+    overload = table.get("overload")
+    window = None
+    if overload is not None:
+        keys = ("start", "duration", "factor")
+        window = OverloadWindow(**_take(overload, "workload.overload", keys))
+    return ArrivalConfig(table.get("arrival", "poisson"), table.get("burstiness", 1.0), window)
+
+
+def tbt_reading(settings: Settings) -> TbtReading:
+    value = settings["workload"].get("tbt_reading", TbtReading.CUMULATIVE.value)
+    try:
+        return TbtReading(value)
+    except ValueError:
+        known = ", ".join(reading.value for reading in TbtReading)
+        raise ValueError(f"unknown tbt_reading {value!r}; known: {known}") from None
+
+
+GOODPUT_KEYS = (
+    "policies",
+    "workloads",
+    "seeds",
+    "threshold",
+    "precision",
+    "curve_points",
+    "jobs",
+)
+
+
+def search_settings(settings: Settings) -> SearchSettings:
+    table = _take(settings["goodput"], "goodput", GOODPUT_KEYS)
+    defaults = SearchSettings()
+    return SearchSettings(
+        threshold=table.get("threshold", defaults.threshold),
+        precision=table.get("precision", defaults.precision),
+    )
+
+
+def policy_options(settings: Settings, policies: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Options per policy, for the policies in the run (others in the file are ignored)."""
+    tables = settings["policies"]
+    return {name: dict(tables[name]) for name in policies if name in tables}
+
+
+def parse_assignments(assignments: list[str] | None, settings: Settings) -> None:
+    """Apply `--set POLICY.OPTION=VALUE` flags (the value is read as TOML: 256, true, "x")."""
+    for assignment in assignments or []:
+        key, equals, text = assignment.partition("=")
+        policy, dot, option = key.partition(".")
+        if not equals or not dot or not policy or not option:
+            raise ValueError(f"--set expects POLICY.OPTION=VALUE, got {assignment!r}")
+        try:
+            value = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = text
+        settings["policies"].setdefault(policy, {})[option] = value

@@ -1,0 +1,155 @@
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+
+from slidingserve.predictor import (
+    BatchLatencyPredictor,
+    LinearModel,
+    ModelChoice,
+    PredictorMetadata,
+    Sample,
+    Scenario,
+    fit_predictor,
+    load_predictor,
+    predictor_from_dict,
+    predictor_to_dict,
+    random_batch_shapes,
+    save_predictor,
+)
+from slidingserve.predictor.report import NO_SAMPLES, AccuracyReport, ErrorStats
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def make_predictor() -> BatchLatencyPredictor:
+    global_model = LinearModel(0.004, (1e-10, 2e-10, 1e-8, 2e-5, 3e-8, 1.5e-5, 1e-6))
+    mixed = LinearModel(-0.001, (0.0, 1e-9, 0.0, 1e-5, 4e-8, 2e-5, 0.0))
+    decode = LinearModel(0.003, (0.0, 0.0, 1e-8, 3e-5, 1e-8, 0.0, 0.0))
+    return BatchLatencyPredictor(
+        global_model,
+        {Scenario.MIXED: mixed, Scenario.DECODE_ONLY: decode},
+        {Scenario.MIXED: ModelChoice.EXPERT, Scenario.DECODE_ONLY: ModelChoice.GLOBAL},
+    )
+
+
+def make_metadata() -> PredictorMetadata:
+    report = AccuracyReport(
+        overall=ErrorStats(10, 0.001, 0.002, 0.99, 0.03),
+        by_scenario={Scenario.MIXED: ErrorStats(1, 0.001, 0.001, math.nan, 0.02)},
+    )
+    return PredictorMetadata(
+        model="llama-3-8b",
+        hardware="a100-80gb-tp1",
+        num_samples=10,
+        created="2026-11-01T00:00:00+00:00",
+        training=report,
+        validation=AccuracyReport(NO_SAMPLES, {}),
+    )
+
+
+def same_report(a: AccuracyReport | None, b: AccuracyReport | None) -> bool:
+    """Equality that treats NaN as equal to NaN."""
+    if a is None or b is None:
+        return a is b
+    flat = [(a.overall, b.overall)] + [(a.by_scenario[s], b.by_scenario[s]) for s in a.by_scenario]
+    return a.by_scenario.keys() == b.by_scenario.keys() and all(
+        x == y or (math.isnan(x) and math.isnan(y))
+        for p, q in flat
+        for x, y in zip(p, q, strict=True)
+    )
+
+
+class TestRoundTrip:
+    def test_file_round_trip_is_exact(self, tmp_path: Path) -> None:
+        path = tmp_path / "predictor.json"
+        predictor, metadata = make_predictor(), make_metadata()
+        save_predictor(path, predictor, metadata)
+        loaded = load_predictor(path)
+        assert loaded.predictor == predictor
+        assert loaded.metadata.model == "llama-3-8b"
+        assert loaded.metadata.created == metadata.created
+        assert same_report(loaded.metadata.training, metadata.training)
+        assert same_report(loaded.metadata.validation, metadata.validation)
+
+    def test_file_is_plain_json_with_null_for_undefined(self, tmp_path: Path) -> None:
+        path = tmp_path / "predictor.json"
+        save_predictor(path, make_predictor(), make_metadata())
+        data = json.loads(path.read_text())
+        assert data["choice"] == {"mixed": "expert", "decode_only": "global"}
+        assert data["metadata"]["training"]["by_scenario"]["mixed"]["r2"] is None
+
+    def test_metadata_from_a_fit(self, tmp_path: Path) -> None:
+        shapes = random_batch_shapes(300, np.random.default_rng(0))
+        fit = fit_predictor([Sample.from_shape(s, 0.001 + 1e-5 * s.num_tokens) for s in shapes])
+        metadata = PredictorMetadata.from_fit(fit, "m", "h")
+        assert metadata.num_samples == 300
+        assert metadata.created.endswith("+00:00")
+        save_predictor(tmp_path / "p.json", fit.predictor, metadata)
+        loaded = load_predictor(tmp_path / "p.json")
+        assert loaded.predictor == fit.predictor
+        assert same_report(loaded.metadata.validation, fit.validation)
+
+
+def good_dict() -> dict[str, Any]:
+    return predictor_to_dict(make_predictor(), make_metadata())
+
+
+def corrupt(path: tuple[str | int, ...], value: object) -> dict[str, Any]:
+    data = good_dict()
+    target: Any = data
+    for key in path[:-1]:
+        target = target[key]
+    if value is KeyError:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return data
+
+
+class TestMalformed:
+    @pytest.mark.parametrize(
+        ("path", "value", "message"),
+        [
+            (("format",), "other", "format"),
+            (("format_version",), 99, "format_version 99"),
+            (("global", "weights"), [1e-9] * 6, "global: expected 7 weights"),
+            (("global", "weights", 2), -1.0, "x3 must be finite and ≥ 0"),
+            (("global", "intercept"), "fast", "global.intercept: expected a finite number"),
+            (("global",), KeyError, "global: missing"),
+            (("experts", "mixed", "weights"), "none", "experts.mixed.weights"),
+            (("experts", "huge"), {"intercept": 0, "weights": [0] * 7}, "unknown scenario 'huge'"),
+            (("choice", "prefill_only"), "expert", "prefill_only chooses its expert"),
+            (("choice", "mixed"), "best", "choice.mixed: expected one of"),
+            (("metadata", "num_samples"), -3, "metadata.num_samples"),
+            (("metadata", "model"), KeyError, "metadata.model: missing"),
+            (("metadata", "training", "overall", "mae"), "x", "metadata.training.overall.mae"),
+            (("feature_names",), ["a"], "feature_names"),
+        ],
+    )
+    def test_names_the_bad_field(
+        self, path: tuple[str | int, ...], value: object, message: str
+    ) -> None:
+        with pytest.raises(ValueError, match=message):
+            predictor_from_dict(corrupt(path, value))
+
+    def test_not_an_object(self) -> None:
+        with pytest.raises(ValueError, match="file: expected an object, got list"):
+            predictor_from_dict([1, 2])
+
+    def test_bad_json_names_the_file(self, tmp_path: Path) -> None:
+        path = tmp_path / "broken.json"
+        path.write_text('{"format": ')
+        with pytest.raises(ValueError, match=r"broken\.json: not valid JSON"):
+            load_predictor(path)
+
+    def test_file_error_names_the_file(self, tmp_path: Path) -> None:
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps(corrupt(("global", "weights"), [0.0] * 3)))
+        with pytest.raises(ValueError, match=r"bad\.json: global"):
+            load_predictor(path)
