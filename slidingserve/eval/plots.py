@@ -13,6 +13,16 @@ import matplotlib.pyplot as plt
 if TYPE_CHECKING:
     from slidingserve.eval.experiment import ExperimentResult
 
+# Markers and dashes differ so that policies with identical curves stay visible.
+_STYLES: list[dict[str, object]] = [
+    {"marker": "o", "linestyle": "-"},
+    {"marker": "s", "linestyle": "--"},
+    {"marker": "^", "linestyle": ":"},
+    {"marker": "D", "linestyle": "-."},
+    {"marker": "v", "linestyle": "-"},
+    {"marker": "x", "linestyle": "--"},
+]
+
 
 def plot_violation_curves(result: ExperimentResult, path: Path) -> Path:
     """Violation rate against request rate, one panel per workload, one line per policy."""
@@ -22,7 +32,7 @@ def plot_violation_curves(result: ExperimentResult, path: Path) -> Path:
     rows = -(-count // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(6 * columns, 4 * rows), squeeze=False)
     for panel, workload in zip(axes.flat, experiment.workloads, strict=False):
-        for policy in experiment.policies:
+        for index, policy in enumerate(experiment.policies):
             points = sorted(
                 (p.rate, 100 * p.violation_rate)
                 for p in result.curve
@@ -30,7 +40,8 @@ def plot_violation_curves(result: ExperimentResult, path: Path) -> Path:
             )
             if points:
                 rates, violations = zip(*points, strict=True)
-                panel.plot(rates, violations, marker="o", label=policy)
+                style = _STYLES[index % len(_STYLES)]
+                panel.plot(rates, violations, label=policy, **style)
         panel.axhline(
             100 * experiment.search.threshold, color="grey", linestyle=":", label="SLO target"
         )
