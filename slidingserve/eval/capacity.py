@@ -83,7 +83,8 @@ def _chunked_prefill_attention(
     cached = index * size
     chunk = np.minimum(size, prompts[owner] - cached)
     times = latency.prefill_attention_time(chunk, cached)
-    return np.bincount(owner, weights=times, minlength=prompts.size)
+    summed: np.ndarray = np.bincount(owner, weights=times, minlength=prompts.size)
+    return summed
 
 
 def _decode_attention(
@@ -94,4 +95,5 @@ def _decode_attention(
     per_kv_token = float(latency.decode_attention_time(1, 1) - latency.decode_attention_time(1, 0))
     steps = output - 1  # decodes after the first token; contexts prompt .. prompt + steps − 1
     kv_read = steps * prompt + steps * (steps - 1) / 2
-    return steps * per_request + per_kv_token * kv_read
+    seconds: np.ndarray = steps * per_request + per_kv_token * kv_read
+    return seconds

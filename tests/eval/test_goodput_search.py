@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from slidingserve.eval.goodput import SearchSettings, search_goodput
 
 
-def step_at(knee: float) -> object:
+def step_at(knee: float) -> Callable[[float], float]:
     """Violations 0 up to `knee` req/s, then over 2% and growing linearly."""
 
     def violation_at(rate: float) -> float:
@@ -18,7 +20,7 @@ def step_at(knee: float) -> object:
 
 @pytest.mark.parametrize("initial", [0.1, 3.0, 7.0, 50.0])
 def test_finds_the_knee_to_two_percent_from_any_start(initial: float) -> None:
-    estimate = search_goodput(step_at(7.3), initial)  # type: ignore[arg-type]
+    estimate = search_goodput(step_at(7.3), initial)
     assert estimate.goodput <= 7.3
     assert estimate.goodput >= 7.3 / 1.02
     assert all(p.violation_rate <= 0.01 or p.rate > 7.3 for p in estimate.probes)
@@ -43,7 +45,7 @@ def test_never_failing_stops_at_the_maximum_rate() -> None:
 
 
 def test_probe_count_is_logarithmic() -> None:
-    estimate = search_goodput(step_at(5.0), 4.0)  # type: ignore[arg-type]
+    estimate = search_goodput(step_at(5.0), 4.0)
     assert len(estimate.probes) <= 10
 
 
@@ -53,7 +55,7 @@ def test_probe_count_is_logarithmic() -> None:
 )
 def test_bad_settings_are_rejected(kwargs: dict[str, float], match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        SearchSettings(**kwargs)  # type: ignore[arg-type]
+        SearchSettings(**kwargs)
 
 
 def test_bad_initial_rate_is_rejected() -> None:
