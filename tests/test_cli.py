@@ -1,0 +1,130 @@
+"""The `slidingserve` command end to end, and its errors on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from slidingserve.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_simulate_prints_a_row_per_policy_and_rate(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "runs.json"
+    code, text, _ = run(
+        capsys,
+        "simulate", "--policy", "vllm,sarathi", "--workload", "arxiv",
+        "--rate", "0.5", "1.0", "--requests", "40", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0
+    assert len([line for line in text.splitlines() if " arxiv " in line]) == 4
+    rows = json.loads(out.read_text())
+    assert [(r["policy"], r["rate"]) for r in rows] == [
+        ("vllm", 0.5), ("vllm", 1.0), ("sarathi", 0.5), ("sarathi", 1.0),
+    ]  # fmt: skip
+    assert all(r["requests"] == 40 for r in rows)
+
+
+def test_goodput_writes_table_json_csv_and_plot(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, text, _ = run(
+        capsys,
+        "goodput", "--policies", "sarathi", "--workloads", "sharegpt", "--seeds", "1",
+        "--requests", "60", "--precision", "0.2", "--curve-points", "2", "--jobs", "1",
+        "--no-progress", "--out-dir", str(tmp_path),
+    )  # fmt: skip
+    assert code == 0
+    assert "sharegpt" in text and "sarathi" in text
+    payload = json.loads((tmp_path / "goodput.json").read_text())
+    row = payload["goodput"][0]
+    assert row["policy"] == "sarathi" and row["goodput_mean"] > 0
+    assert len(payload["violation_curve"]) == 2
+    assert (tmp_path / "goodput.csv").read_text().startswith("policy,workload,goodput_mean")
+    assert (tmp_path / "violation_vs_rate.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_config_file_and_flags_combine(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = tmp_path / "settings.toml"
+    config.write_text(
+        '[workload]\nrequests = 30\nslo = "relaxed"\n[policies.sarathi]\nchunk_size = 256\n'
+    )
+    out = tmp_path / "runs.csv"
+    code, _, _ = run(
+        capsys, "simulate", "--config", str(config), "--requests", "20", "--out", str(out)
+    )
+    assert code == 0
+    assert out.read_text().splitlines()[1].split(",")[4] == "20"  # the flag won
+
+
+def test_predictor_reports_accuracy_and_saves(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "predictor.json"
+    code, text, _ = run(capsys, "predictor", "--samples", "600", "--out", str(out))
+    assert code == 0
+    assert "decode_only" in text and "R²" in text
+    assert json.loads(out.read_text())["metadata"]["model"] == "llama-3-8b"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["simulate", "--policy", "fifo"], "unknown policy 'fifo'"),
+        (["simulate", "--workload", "chat"], "unknown workload 'chat'"),
+        (["simulate", "--model", "gpt-9"], "unknown model 'gpt-9'"),
+        (["simulate", "--slo-scale", "-1"], "scale"),
+        (["simulate", "--slo", "loose"], "unknown SLO preset 'loose'"),
+        (["simulate", "--set", "sarathi.chunk=3"], "unknown option(s) chunk"),
+        (["simulate", "--set", "sarathi.chunk_size=0"], "chunk_size must be at least 1"),
+        (["simulate", "--overload", "1:2"], "START:DURATION:FACTOR"),
+        (["simulate", "--tbt-reading", "sometimes"], "unknown tbt_reading"),
+        (["simulate", "--requests", "0"], "num_requests must be at least 1"),
+        (["goodput", "--policies", "vllm,magic"], "unknown policy 'magic'"),
+        (["goodput", "--seeds", "0"], "seeds must be a positive count"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert message in err
+
+
+def test_non_positive_rate_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["simulate", "--rate", "0"])
+    assert exit_info.value.code == 2
+    assert "must be positive" in capsys.readouterr().err
+
+
+def test_malformed_config_file_is_reported(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("[workload\nrequests = 3")
+    code, _, err = run(capsys, "simulate", "--config", str(config))
+    assert code == 2 and "not valid TOML" in err
+    config.write_text("[scheduler]\nx = 1\n")
+    code, _, err = run(capsys, "simulate", "--config", str(config))
+    assert code == 2 and "unknown table(s) scheduler" in err
+
+
+def test_malformed_trace_file_names_the_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    trace = tmp_path / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
+    trace.write_text("num_prefill_tokens,num_decode_tokens\n10,5\n12,x\n")
+    code, _, err = run(capsys, "simulate", "--trace-dir", str(tmp_path), "--requests", "5")
+    assert code == 2
+    assert "line 3" in err
