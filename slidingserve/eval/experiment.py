@@ -14,15 +14,19 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from slidingserve.core.view import EngineLimits
 from slidingserve.eval.capacity import CapacityBound, capacity_bound
 from slidingserve.eval.goodput import GoodputEstimate, SearchSettings, search_goodput
 from slidingserve.policies import get_policy_class
 from slidingserve.sim.hardware import HardwareConfig
+from slidingserve.sim.profiling import profile_ground_truth
 from slidingserve.sim.runner import SimulationSpec, simulate
 from slidingserve.sim.workloads import ArrivalConfig, WorkloadConfig, get_workload
+
+if TYPE_CHECKING:
+    from slidingserve.predictor import LatencyModel
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -73,13 +77,16 @@ class GoodputExperiment:
             Path(self.trace_dir) if self.trace_dir else None,
         )
 
-    def spec(self, policy: str, workload: str) -> SimulationSpec:
+    def spec(
+        self, policy: str, workload: str, predictor: LatencyModel | None = None
+    ) -> SimulationSpec:
         return SimulationSpec(
             policy,
             self.workload_config(workload),
             self.hardware,
             self.limits,
             dict(self.policy_options.get(policy, {})),
+            predictor=predictor,
         )
 
     @property
@@ -173,14 +180,15 @@ def run_experiment(
         for policy in experiment.policies
         for seed in experiment.seeds
     ]
+    predictor = _shared_predictor(experiment)
     tasks = [
-        _SearchTask(experiment.spec(p, w), s, 0.5 * bounds[w].rate, experiment.search)
+        _SearchTask(experiment.spec(p, w, predictor), s, 0.5 * bounds[w].rate, experiment.search)
         for p, w, s in keys
     ]
     with _executor(experiment.worker_count) as pool:
         estimates = _map(pool, _run_search, tasks, progress)
         rows = _rows(experiment, bounds, dict(zip(keys, estimates, strict=True)))
-        curve_tasks = _curve_tasks(experiment, rows)
+        curve_tasks = _curve_tasks(experiment, rows, predictor)
         curve = _map(pool, _run_curve_point, curve_tasks, progress)
     return ExperimentResult(experiment, bounds, rows, curve)
 
@@ -217,7 +225,16 @@ def _rows(
     return rows
 
 
-def _curve_tasks(experiment: GoodputExperiment, rows: list[GoodputRow]) -> list[_CurveTask]:
+def _shared_predictor(experiment: GoodputExperiment) -> LatencyModel | None:
+    """One predictor fitted to the simulated GPU for every policy that needs one."""
+    if not any(get_policy_class(name).needs_predictor for name in experiment.policies):
+        return None
+    return profile_ground_truth(experiment.hardware, experiment.limits).predictor
+
+
+def _curve_tasks(
+    experiment: GoodputExperiment, rows: list[GoodputRow], predictor: LatencyModel | None
+) -> list[_CurveTask]:
     """A common grid per workload, from a quarter to 1.5× the best goodput found."""
     tasks = []
     points = experiment.curve_points
@@ -226,7 +243,7 @@ def _curve_tasks(experiment: GoodputExperiment, rows: list[GoodputRow]) -> list[
         top = 1.5 * best if best > 0 else 0.5 * rows[0].capacity_bound
         rates = [top * (0.15 + 0.85 * i / max(1, points - 1)) for i in range(points)]
         for policy in experiment.policies:
-            spec = experiment.spec(policy, workload)
+            spec = experiment.spec(policy, workload, predictor)
             tasks += [_CurveTask(spec, experiment.seeds[0], rate) for rate in rates]
     return tasks
 

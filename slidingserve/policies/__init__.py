@@ -7,6 +7,11 @@ from typing import TYPE_CHECKING, Any
 from slidingserve.policies.base import IterationRecord, Policy, PolicyContext
 from slidingserve.policies.sarathi import SarathiPolicy
 from slidingserve.policies.sarathi_edf import SarathiEdfPolicy
+from slidingserve.policies.slidingserve import (
+    SlidingChunkerEdfPolicy,
+    SlidingChunkerMlpsPolicy,
+    SlidingServePolicy,
+)
 from slidingserve.policies.vllm_fcfs import VllmPolicy
 
 if TYPE_CHECKING:
@@ -16,6 +21,9 @@ POLICIES: dict[str, type[Policy]] = {
     VllmPolicy.name: VllmPolicy,
     SarathiPolicy.name: SarathiPolicy,
     SarathiEdfPolicy.name: SarathiEdfPolicy,
+    SlidingServePolicy.name: SlidingServePolicy,
+    SlidingChunkerEdfPolicy.name: SlidingChunkerEdfPolicy,
+    SlidingChunkerMlpsPolicy.name: SlidingChunkerMlpsPolicy,
 }
 
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from slidingserve.core.batch import BatchShape
     from slidingserve.core.plan import Plan
     from slidingserve.core.view import EngineLimits, SchedulerView
-    from slidingserve.predictor import BatchLatencyPredictor
+    from slidingserve.predictor import LatencyModel
 
 
 class IterationRecord(NamedTuple):
@@ -35,7 +35,7 @@ class PolicyContext:
     """What an engine hands a policy when it builds it."""
 
     limits: EngineLimits
-    predictor: BatchLatencyPredictor | None = None  # batch-time model, for policies that plan
+    predictor: LatencyModel | None = None  # batch-time model, for policies that plan
 
 
 class Policy(ABC):
@@ -47,6 +47,7 @@ class Policy(ABC):
 
     name: ClassVar[str]
     config_type: ClassVar[type[Any]]
+    needs_predictor: ClassVar[bool] = False  # True: the context must carry a predictor
 
     def __init__(self, config: Any, context: PolicyContext) -> None:
         self.config = config

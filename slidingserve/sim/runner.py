@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slidingserve.core.view import EngineLimits
 from slidingserve.policies import PolicyContext, get_policy_class
 from slidingserve.sim.engine import Simulator, SimulatorOptions
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
 from slidingserve.sim.metrics import RunMetrics, TbtReading, compute_metrics
+from slidingserve.sim.profiling import profile_ground_truth
 from slidingserve.sim.workloads import WorkloadConfig, generate_requests
+
+if TYPE_CHECKING:
+    from slidingserve.predictor import LatencyModel
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,7 @@ class SimulationSpec:
     limits: EngineLimits = field(default_factory=EngineLimits)
     policy_options: Mapping[str, Any] = field(default_factory=dict)  # the policy's config
     tbt_reading: TbtReading = TbtReading.CUMULATIVE
+    predictor: LatencyModel | None = None  # for policies that need one; None: fit one
 
     def __post_init__(self) -> None:
         get_policy_class(self.policy)  # unknown names fail here, before any run
@@ -72,13 +78,25 @@ class SimulationResult:
         return row
 
 
+def predictor_for(spec: SimulationSpec) -> LatencyModel | None:
+    """The spec's predictor, or one fitted to its GPU if its policy needs one and has none."""
+    if spec.predictor is not None or not get_policy_class(spec.policy).needs_predictor:
+        return spec.predictor
+    return profile_ground_truth(spec.hardware, spec.limits).predictor
+
+
+def with_predictor(spec: SimulationSpec) -> SimulationSpec:
+    """`spec` carrying its predictor, so that many runs share one fit."""
+    return dataclasses.replace(spec, predictor=predictor_for(spec))
+
+
 def simulate(spec: SimulationSpec, rate: float, seed: int) -> SimulationResult:
     """Run `spec` at `rate` req/s with `seed` (which fixes requests, arrivals and noise)."""
     started = time.perf_counter()
     requests = generate_requests(spec.workload, rate, seed, spec.max_model_len)
     latency = GroundTruthLatency(spec.hardware, seed)
     policy = get_policy_class(spec.policy).from_options(
-        PolicyContext(spec.limits), spec.policy_options
+        PolicyContext(spec.limits, predictor_for(spec)), spec.policy_options
     )
     simulator = Simulator(
         policy,

@@ -1,0 +1,19 @@
+"""The SlidingServe policy and its parts: MLPS, the SlidingChunker, the BatchConstructor."""
+
+from __future__ import annotations
+
+from slidingserve.policies.slidingserve.config import SlidingServeConfig
+from slidingserve.policies.slidingserve.policy import (
+    SlidingChunkerEdfPolicy,
+    SlidingChunkerMlpsPolicy,
+    SlidingServePolicy,
+)
+from slidingserve.policies.slidingserve.stats import DecisionRecord
+
+__all__ = [
+    "DecisionRecord",
+    "SlidingChunkerEdfPolicy",
+    "SlidingChunkerMlpsPolicy",
+    "SlidingServeConfig",
+    "SlidingServePolicy",
+]

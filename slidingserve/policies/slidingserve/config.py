@@ -1,0 +1,57 @@
+"""Configuration of the SlidingServe policy: every component can be switched."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+Sorter = Literal["mlps", "edf"]
+Chunker = Literal["paper", "window", "fixed"]
+
+SORTERS: tuple[str, ...] = ("mlps", "edf")
+CHUNKERS: tuple[str, ...] = ("paper", "window", "fixed")
+
+
+@dataclass(frozen=True, slots=True)
+class SlidingServeConfig:
+    """Options of the `slidingserve` policy family (SPEC §2, §4–§6).
+
+    The ablation variants of the paper are presets of these switches (see `VARIANTS`).
+    """
+
+    sorter: Sorter = "mlps"  # "mlps" (SPEC §4) or "edf" (earliest TTFT deadline first)
+    chunker: Chunker = "paper"  # "paper": ternary split; "window": exact window-k; "fixed"
+    window: int = 2  # k for chunker="window" (1 = greedy, 2 = exact two-window, 3, 4)
+    batch_constructor: bool = True  # run the violation checker and the knapsack (SPEC §6)
+    leftover_fill: bool = False  # fill what the knapsack leaves with partial chunks [beyond]
+    max_batch_tokens: int | None = None  # B_max; None: the engine's max_num_batched_tokens
+    alpha: float = 1.0  # urgency threshold α of MLPS
+    epsilon: float = 0.001  # ε, seconds: floor of the slack in the urgency
+    throughput_decay: float = 0.9  # EMA weight of the old prefill throughput ρ_t
+    max_anchors: int = 8  # risky requests tried as knapsack anchors, by increasing slack
+    knapsack_quantum: int = 1  # tokens per knapsack capacity cell (1 = exact)
+    verify_rounds: int = 3  # re-solves when the chosen batch is predicted over its limit
+    record_decisions: bool = True  # keep a DecisionRecord per iteration
+
+    def __post_init__(self) -> None:
+        if self.sorter not in SORTERS:
+            raise ValueError(f"unknown sorter {self.sorter!r}; known: {', '.join(SORTERS)}")
+        if self.chunker not in CHUNKERS:
+            raise ValueError(f"unknown chunker {self.chunker!r}; known: {', '.join(CHUNKERS)}")
+        if not 1 <= self.window <= 4:
+            raise ValueError(f"window must be 1, 2, 3 or 4, got {self.window}")
+        if self.max_batch_tokens is not None and self.max_batch_tokens < 1:
+            raise ValueError(f"max_batch_tokens must be at least 1, got {self.max_batch_tokens}")
+        _check_positive("alpha", self.alpha)
+        _check_positive("epsilon", self.epsilon)
+        if not 0 <= self.throughput_decay < 1:
+            raise ValueError(f"throughput_decay must be in [0, 1), got {self.throughput_decay}")
+        for name in ("max_anchors", "knapsack_quantum", "verify_rounds"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+def _check_positive(name: str, value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be positive and finite, got {value!r}")

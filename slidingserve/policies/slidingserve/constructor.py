@@ -1,0 +1,158 @@
+"""BatchConstructor (SPEC §6): when a prefill is at risk, pick the prefills that can all
+finish in time, by a 0/1 knapsack per risky anchor."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+from slidingserve.policies.slidingserve.knapsack import solve_knapsack
+from slidingserve.predictor import PrefillQueueProfile, predicted_time_at, time_to_budget
+
+if TYPE_CHECKING:
+    from slidingserve.core.request import Request
+    from slidingserve.predictor import LatencyModel
+
+
+@dataclass(frozen=True, slots=True)
+class ConstructorSettings:
+    max_tokens: int  # B_max, decodes included
+    quantum: int  # knapsack capacity cell, tokens
+    verify_rounds: int  # re-solves after a predicted overshoot
+    max_anchors: int  # anchors tried, by increasing slack
+    leftover_fill: bool  # fill what the knapsack leaves with partial chunks
+
+
+class Selection(NamedTuple):
+    """The prefills chosen for one anchor; `requests` run to the end of their prefill."""
+
+    anchor: Request
+    requests: tuple[Request, ...]  # anchor first, then the knapsack's choice in queue order
+    value: float  # Σ v_j of the knapsack's choice
+    tokens: int  # Σ r_j of `requests`
+    predicted_time: float  # seconds, decodes plus `requests`
+    limit: float  # seconds, min(s_a, T_cur)
+
+    @property
+    def rank(self) -> tuple[int, float, int]:
+        """Larger is better: (|Y_a|, Σ v, Σ r)."""
+        return (len(self.requests), self.value, self.tokens)
+
+
+def risky_prefills(
+    candidate_prefills: Sequence[Request], now: float, predicted_time: float
+) -> list[Request]:
+    """Alive prefills of the candidate batch whose deadline comes before it would end,
+    by increasing slack."""
+    risky = [r for r in candidate_prefills if 0 < r.next_deadline - now < predicted_time]
+    return sorted(risky, key=lambda r: r.next_deadline)
+
+
+def knapsack_values(slacks: Sequence[float], remaining: Sequence[int]) -> list[float]:
+    """v_j = 1 / (s_j / Σ s + r_j / Σ r): little slack and little work are worth more."""
+    total_slack, total_work = sum(slacks), sum(remaining)
+    return [
+        1.0 / (s / total_slack + r / total_work) for s, r in zip(slacks, remaining, strict=True)
+    ]
+
+
+class BatchConstructor:
+    """Chooses, among the candidate batch's prefills, a set that completes in time."""
+
+    def __init__(self, model: LatencyModel, settings: ConstructorSettings) -> None:
+        self.model = model
+        self.settings = settings
+
+    def select(
+        self,
+        decode_contexts: Sequence[int],
+        queue: Sequence[Request],
+        candidate_prefills: Sequence[Request],
+        anchors: Sequence[Request],
+        now: float,
+        t_cur: float,
+    ) -> Selection | None:
+        """The best selection over the anchors, or None if no anchor can make it."""
+        profile = _profile(decode_contexts, queue)
+        best: Selection | None = None
+        for anchor in anchors[: self.settings.max_anchors]:
+            chosen = self._for_anchor(
+                decode_contexts, profile, candidate_prefills, anchor, now, t_cur
+            )
+            if chosen is not None and (best is None or chosen.rank > best.rank):
+                best = chosen
+        return best
+
+    def leftover(
+        self, decode_contexts: Sequence[int], queue: Sequence[Request], selection: Selection
+    ) -> int:
+        """Prefill tokens of the rest of the queue that still fit the selection's limit."""
+        chosen = set(map(id, selection.requests))
+        ordered = [*selection.requests, *(r for r in queue if id(r) not in chosen)]
+        budget = time_to_budget(
+            self.model,
+            _profile(decode_contexts, ordered),
+            selection.limit,
+            self.settings.max_tokens,
+        )
+        return max(0, budget.prefill_tokens - selection.tokens) if budget.fits else 0
+
+    def _for_anchor(
+        self,
+        decode_contexts: Sequence[int],
+        profile: PrefillQueueProfile,
+        candidate_prefills: Sequence[Request],
+        anchor: Request,
+        now: float,
+        t_cur: float,
+    ) -> Selection | None:
+        anchor_slack = anchor.next_deadline - now
+        limit = min(anchor_slack, t_cur)
+        budget = time_to_budget(self.model, profile, limit, self.settings.max_tokens)
+        capacity = budget.prefill_tokens - anchor.remaining_prefill
+        if not budget.fits or capacity < 0:
+            return None
+        others = [
+            r
+            for r in candidate_prefills
+            if r is not anchor and r.next_deadline - now >= anchor_slack
+        ]
+        for _ in range(self.settings.verify_rounds):
+            selection = self._solve(decode_contexts, anchor, others, capacity, now, limit)
+            overshoot = selection.predicted_time - limit
+            if overshoot <= 0:
+                return selection
+            capacity -= self._tokens_for(overshoot, selection)
+            if capacity < 0:
+                return None
+        return None
+
+    def _solve(
+        self,
+        decode_contexts: Sequence[int],
+        anchor: Request,
+        others: Sequence[Request],
+        capacity: int,
+        now: float,
+        limit: float,
+    ) -> Selection:
+        work = [r.remaining_prefill for r in others]
+        values = knapsack_values([r.next_deadline - now for r in others], work) if others else []
+        solution = solve_knapsack(values, work, capacity, self.settings.quantum)
+        requests = (anchor, *(others[i] for i in solution.chosen))
+        tokens = sum(r.remaining_prefill for r in requests)
+        time = predicted_time_at(self.model, _profile(decode_contexts, requests), tokens)
+        return Selection(anchor, requests, solution.value, tokens, time, limit)
+
+    def _tokens_for(self, overshoot: float, selection: Selection) -> int:
+        """Tokens to drop for `overshoot` seconds, at the selection's own tokens per second."""
+        rate = selection.tokens / selection.predicted_time if selection.predicted_time > 0 else 0
+        return max(self.settings.quantum, math.ceil(overshoot * rate))
+
+
+def _profile(decode_contexts: Sequence[int], queue: Sequence[Request]) -> PrefillQueueProfile:
+    return PrefillQueueProfile(
+        decode_contexts, [(r.remaining_prefill, r.num_computed) for r in queue]
+    )

@@ -1,0 +1,176 @@
+"""The SlidingServe policy (SPEC §2): sort, check for risk, then chunk or construct."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from slidingserve.core.batch import BatchShape
+from slidingserve.core.plan import Plan, PlanBuilder
+from slidingserve.core.request import Phase
+from slidingserve.policies.base import Policy, PolicyContext, build_config
+from slidingserve.policies.slidingserve.chunker import (
+    ChunkChoice,
+    QueueTimes,
+    paper_chunk,
+    window_chunk,
+)
+from slidingserve.policies.slidingserve.config import SlidingServeConfig
+from slidingserve.policies.slidingserve.constructor import (
+    BatchConstructor,
+    ConstructorSettings,
+    Selection,
+    risky_prefills,
+)
+from slidingserve.policies.slidingserve.mlps import edf_order, mlps_order
+from slidingserve.policies.slidingserve.stats import DecisionRecord, Stopwatch, TimedModel
+from slidingserve.policies.slidingserve.windows import decode_horizons
+from slidingserve.predictor import PrefillQueueProfile
+
+if TYPE_CHECKING:
+    from slidingserve.core.request import Request
+    from slidingserve.core.view import SchedulerView
+    from slidingserve.policies.base import IterationRecord
+
+
+class SlidingServePolicy(Policy):
+    """MLPS order; the violation checker on the largest candidate batch; the
+    BatchConstructor when a prefill is at risk, else the SlidingChunker's budget."""
+
+    name = "slidingserve"
+    config_type = SlidingServeConfig
+    needs_predictor = True
+    preset: ClassVar[Mapping[str, Any]] = {}  # the variant's switches, under user options
+    config: SlidingServeConfig
+
+    def __init__(self, config: SlidingServeConfig, context: PolicyContext) -> None:
+        super().__init__(config, context)
+        if context.predictor is None:
+            raise ValueError(f"policy {self.name!r} needs a batch-latency predictor")
+        limit = context.limits.max_num_batched_tokens
+        self.max_tokens = min(config.max_batch_tokens or limit, limit)
+        self.model = TimedModel(context.predictor)
+        self.throughput = self._initial_throughput()
+        self.decisions: list[DecisionRecord] = []
+        self.constructor = BatchConstructor(
+            self.model,
+            ConstructorSettings(
+                self.max_tokens,
+                config.knapsack_quantum,
+                config.verify_rounds,
+                config.max_anchors,
+                config.leftover_fill,
+            ),
+        )
+
+    @classmethod
+    def from_options(
+        cls, context: PolicyContext, options: Mapping[str, Any] | None = None
+    ) -> Policy:
+        merged = {**cls.preset, **(options or {})}
+        return cls(build_config(cls.config_type, merged, cls.name), context)
+
+    def schedule(self, view: SchedulerView) -> Plan:
+        watch = Stopwatch(self.model)
+        queue = watch.run("mlps", lambda: self._sorted_queue(view))
+        horizons = decode_horizons(view.decoding, view.now, max(2, self.config.window))
+        plan = None
+        if self.config.batch_constructor and queue:
+            plan = watch.run("constructor", lambda: self._construct(view, queue, horizons[0]))
+        if plan is None:
+            plan = watch.run("chunker", lambda: self._chunk(view, queue, horizons))
+        plan.predicted_time = self.model.predict_shape(BatchShape.from_plan(plan)) if plan else None
+        if self.config.record_decisions:
+            record = watch.record(
+                view.now, plan.path, plan.predicted_time, plan.total_tokens, len(view.decoding)
+            )
+            self.decisions.append(record)
+        return plan
+
+    def on_iteration_end(self, record: IterationRecord) -> None:
+        """Fold the iteration's prefill throughput into the EMA ρ_t."""
+        tokens = record.shape.num_prefill_tokens
+        if tokens and record.duration > 0:
+            decay = self.config.throughput_decay
+            self.throughput = decay * self.throughput + (1 - decay) * tokens / record.duration
+
+    def _initial_throughput(self) -> float:
+        """ρ_0 from the predictor: tokens per second of a full prefill-only batch."""
+        seconds = self.model.predict_shape(BatchShape((), ((self.max_tokens, 0),)))
+        return self.max_tokens / seconds if seconds > 0 else 1.0
+
+    def _sorted_queue(self, view: SchedulerView) -> list[Request]:
+        candidates = view.prefill_candidates()
+        if self.config.sorter == "edf":
+            return edf_order(candidates)
+        config = self.config
+        return mlps_order(candidates, view.now, self.throughput, config.alpha, config.epsilon)
+
+    def _construct(self, view: SchedulerView, queue: list[Request], t_cur: float) -> Plan | None:
+        """The BatchConstructor's plan if the candidate batch puts a live prefill at risk."""
+        candidate = PlanBuilder(view, self.max_tokens)
+        candidate.add_decodes(view.decoding)
+        candidate.add_prefills(queue)
+        prefills = [r for r, _ in candidate.chunks if r.phase is not Phase.DECODING]
+        if not prefills:
+            return None
+        t_full = self.model.predict_shape(BatchShape.from_plan(candidate.build()))
+        anchors = risky_prefills(prefills, view.now, t_full)
+        if not anchors:
+            return None
+        contexts = [r.num_computed for r in view.decoding]
+        selection = self.constructor.select(contexts, queue, prefills, anchors, view.now, t_cur)
+        return None if selection is None else self._selection_plan(view, queue, selection)
+
+    def _selection_plan(
+        self, view: SchedulerView, queue: Sequence[Request], selection: Selection
+    ) -> Plan:
+        builder = PlanBuilder(view, self.max_tokens)
+        builder.add_decodes(view.decoding)
+        for request in selection.requests:
+            builder.add(request, request.remaining_prefill)
+        if self.config.leftover_fill:
+            contexts = [r.num_computed for r in view.decoding]
+            extra = self.constructor.leftover(contexts, queue, selection)
+            builder.tokens_left = min(builder.tokens_left, extra)
+            chosen = set(map(id, selection.requests))
+            builder.add_prefills(r for r in queue if id(r) not in chosen)
+        return builder.build("constructor")
+
+    def _chunk(self, view: SchedulerView, queue: list[Request], horizons: list[float]) -> Plan:
+        choice = self._chunk_choice(view, queue, horizons)
+        builder = PlanBuilder(view, len(view.decoding) + choice.prefill_tokens)
+        builder.add_decodes(view.decoding)
+        builder.add_prefills(queue)
+        return builder.build(f"chunker:{choice.reason}")
+
+    def _chunk_choice(
+        self, view: SchedulerView, queue: list[Request], horizons: list[float]
+    ) -> ChunkChoice:
+        if not queue:
+            return ChunkChoice(0, "no-prefill")
+        profile = PrefillQueueProfile(
+            [r.num_computed for r in view.decoding],
+            [(r.remaining_prefill, r.num_computed) for r in queue],
+            max_requests=max(0, view.limits.max_num_seqs - len(view.decoding)),
+        )
+        times = QueueTimes(self.model, profile, self.max_tokens)
+        if self.config.chunker == "fixed":
+            return ChunkChoice(times.max_prefill, "fixed")
+        if self.config.chunker == "window":
+            return window_chunk(times, horizons[: self.config.window])
+        return paper_chunk(times, horizons[:2])
+
+
+class SlidingChunkerEdfPolicy(SlidingServePolicy):
+    """Ablation: Sarathi-EDF's order with the SlidingChunker for the budget."""
+
+    name = "slidingserve-sc"
+    preset: ClassVar[Mapping[str, Any]] = {"sorter": "edf", "batch_constructor": False}
+
+
+class SlidingChunkerMlpsPolicy(SlidingServePolicy):
+    """Ablation: MLPS and the SlidingChunker, no BatchConstructor."""
+
+    name = "slidingserve-sc-mlps"
+    preset: ClassVar[Mapping[str, Any]] = {"batch_constructor": False}

@@ -1,0 +1,27 @@
+"""Decode deadlines seen as time windows (SPEC §5)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slidingserve.core.request import Request
+
+
+def decode_horizons(decoding: Sequence[Request], now: float, k: int) -> list[float]:
+    """Cumulative horizons H_j = min over safe decodes of (s_i + (j−1)·L_tbt_i), j = 1..k.
+
+    Safe decodes are those whose next deadline is still ahead; H_1 = T_cur and
+    H_2 − H_1 = T_next. Without a safe decode every horizon is infinite (no TBT limit).
+    """
+    horizons = [math.inf] * k
+    for request in decoding:
+        slack = request.next_deadline - now
+        if slack <= 0:
+            continue
+        tbt = request.slo.tbt
+        for j in range(k):
+            horizons[j] = min(horizons[j], slack + j * tbt)
+    return horizons
