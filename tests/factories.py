@@ -12,9 +12,13 @@ from slidingserve.core import (
     EngineLimits,
     KVBlockManager,
     Phase,
+    Plan,
     Request,
     SchedulerView,
+    blocks_for_tokens,
 )
+from slidingserve.policies import Policy
+from slidingserve.predictor import Features, Scenario
 
 
 def make_request(
@@ -103,3 +107,48 @@ class LinearTimer:
 
     def consume_noise(self, count: int) -> None:
         """No noise to consume."""
+
+
+class TokenLinearModel:
+    """A latency model: `fixed + per_token · tokens + square · tokens²` (decodes + prefill)."""
+
+    def __init__(self, fixed: float, per_token: float, square: float = 0.0) -> None:
+        self.fixed = fixed
+        self.per_token = per_token
+        self.square = square
+
+    def predict_features(self, scenario: Scenario, x: Features) -> float:
+        tokens = x.num_decodes + x.prefill_tokens
+        return self.fixed + self.per_token * tokens + self.square * tokens**2
+
+
+class CheckingPolicy(Policy):
+    """Wraps a policy and checks every plan against limits it computes on its own."""
+
+    name = "checking"
+    config_type = type(None)
+
+    def __init__(self, inner: Policy, token_budget: int) -> None:
+        super().__init__(None, inner.context)
+        self.inner = inner
+        self.token_budget = token_budget
+        self.plans = 0
+
+    def schedule(self, view: SchedulerView) -> Plan:
+        plan = self.inner.schedule(view)
+        limits = view.limits
+        assert plan.total_tokens <= min(self.token_budget, limits.max_num_batched_tokens)
+        assert len(plan.chunks) <= limits.max_num_seqs
+        new_blocks = sum(
+            blocks_for_tokens(r.num_computed + n, limits.block_size) - view.kv.held(r)
+            for r, n in plan.chunks
+        )
+        assert new_blocks <= view.kv.num_free
+        assert view.num_running + sum(1 for r, _ in plan.chunks if r in view.waiting) <= (
+            limits.max_num_seqs
+        )
+        self.plans += 1
+        return plan
+
+    def schedules_all_decodes(self, num_decoding: int) -> bool:
+        return self.inner.schedules_all_decodes(num_decoding)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from factories import LinearTimer, make_request
+from factories import CheckingPolicy, LinearTimer, TokenLinearModel, make_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -101,38 +101,6 @@ class TestHandWorked:
             simulate([make_request()], Idle(None, PolicyContext(EngineLimits())))
 
 
-class CheckingPolicy(Policy):
-    """Wraps a policy and checks every plan against limits it computes on its own."""
-
-    name = "checking"
-    config_type = type(None)
-
-    def __init__(self, inner: Policy, token_budget: int) -> None:
-        super().__init__(None, inner.context)
-        self.inner = inner
-        self.token_budget = token_budget
-        self.plans = 0
-
-    def schedule(self, view: SchedulerView) -> Plan:
-        plan = self.inner.schedule(view)
-        limits = view.limits
-        assert plan.total_tokens <= min(self.token_budget, limits.max_num_batched_tokens)
-        assert len(plan.chunks) <= limits.max_num_seqs
-        new_blocks = sum(
-            blocks_for_tokens(r.num_computed + n, limits.block_size) - view.kv.held(r)
-            for r, n in plan.chunks
-        )
-        assert new_blocks <= view.kv.num_free
-        assert view.num_running + sum(1 for r, _ in plan.chunks if r in view.waiting) <= (
-            limits.max_num_seqs
-        )
-        self.plans += 1
-        return plan
-
-    def schedules_all_decodes(self, num_decoding: int) -> bool:
-        return self.inner.schedules_all_decodes(num_decoding)
-
-
 request_specs = st.lists(
     st.tuples(
         st.floats(0, 2.0),  # arrival
@@ -166,10 +134,11 @@ def test_simulator_invariants(
     ]
     limits = EngineLimits(max_num_batched_tokens=budget, max_num_seqs=max_seqs)
     biggest = max(blocks_for_tokens(r.prompt_len + r.output_len, 16) for r in requests)
-    options = (
-        {"max_num_batched_tokens": budget} if policy_name == "vllm" else {"chunk_size": budget}
+    option = {"vllm": "max_num_batched_tokens", "sarathi": "chunk_size"}.get(
+        policy_name, "chunk_size" if policy_name == "sarathi-edf" else "max_batch_tokens"
     )
-    policy = CheckingPolicy(make_policy(policy_name, PolicyContext(limits), options), budget)
+    context = PolicyContext(limits, TokenLinearModel(0.01, 1e-4))
+    policy = CheckingPolicy(make_policy(policy_name, context, {option: budget}), budget)
     simulate(
         requests, policy, limits=limits, kv_blocks=biggest + spare_blocks, fast_forward=fast_forward
     )

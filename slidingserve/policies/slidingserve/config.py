@@ -30,6 +30,7 @@ class SlidingServeConfig:
     epsilon: float = 0.001  # ε, seconds: floor of the slack in the urgency
     throughput_decay: float = 0.9  # EMA weight of the old prefill throughput ρ_t
     max_anchors: int = 8  # risky requests tried as knapsack anchors, by increasing slack
+    max_knapsack_items: int = 64  # requests an anchor's knapsack chooses from (queue order)
     knapsack_quantum: int = 1  # tokens per knapsack capacity cell (1 = exact)
     verify_rounds: int = 3  # re-solves when the chosen batch is predicted over its limit
     record_decisions: bool = True  # keep a DecisionRecord per iteration
@@ -47,7 +48,7 @@ class SlidingServeConfig:
         _check_positive("epsilon", self.epsilon)
         if not 0 <= self.throughput_decay < 1:
             raise ValueError(f"throughput_decay must be in [0, 1), got {self.throughput_decay}")
-        for name in ("max_anchors", "knapsack_quantum", "verify_rounds"):
+        for name in ("max_anchors", "max_knapsack_items", "knapsack_quantum", "verify_rounds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 

@@ -22,6 +22,7 @@ class ConstructorSettings:
     quantum: int  # knapsack capacity cell, tokens
     verify_rounds: int  # re-solves after a predicted overshoot
     max_anchors: int  # anchors tried, by increasing slack
+    max_items: int  # knapsack items per anchor, first in queue order
     leftover_fill: bool  # fill what the knapsack leaves with partial chunks
 
 
@@ -69,18 +70,20 @@ class BatchConstructor:
         self,
         decode_contexts: Sequence[int],
         queue: Sequence[Request],
-        candidate_prefills: Sequence[Request],
         anchors: Sequence[Request],
         now: float,
         t_cur: float,
     ) -> Selection | None:
-        """The best selection over the anchors, or None if no anchor can make it."""
+        """The best selection over the anchors, or None if no anchor can make it.
+
+        `queue` is every waiting and prefilling request in priority order; an anchor's
+        knapsack chooses among those with at least its slack ([decision] the whole queue,
+        not only the candidate batch: SPEC §7's worked example needs it).
+        """
         profile = _profile(decode_contexts, queue)
         best: Selection | None = None
         for anchor in anchors[: self.settings.max_anchors]:
-            chosen = self._for_anchor(
-                decode_contexts, profile, candidate_prefills, anchor, now, t_cur
-            )
+            chosen = self._for_anchor(decode_contexts, profile, queue, anchor, now, t_cur)
             if chosen is not None and (best is None or chosen.rank > best.rank):
                 best = chosen
         return best
@@ -103,7 +106,7 @@ class BatchConstructor:
         self,
         decode_contexts: Sequence[int],
         profile: PrefillQueueProfile,
-        candidate_prefills: Sequence[Request],
+        queue: Sequence[Request],
         anchor: Request,
         now: float,
         t_cur: float,
@@ -114,10 +117,8 @@ class BatchConstructor:
         capacity = budget.prefill_tokens - anchor.remaining_prefill
         if not budget.fits or capacity < 0:
             return None
-        others = [
-            r
-            for r in candidate_prefills
-            if r is not anchor and r.next_deadline - now >= anchor_slack
+        others = [r for r in queue if r is not anchor and r.next_deadline - now >= anchor_slack][
+            : self.settings.max_items
         ]
         for _ in range(self.settings.verify_rounds):
             selection = self._solve(decode_contexts, anchor, others, capacity, now, limit)

@@ -59,6 +59,7 @@ class SlidingServePolicy(Policy):
                 config.knapsack_quantum,
                 config.verify_rounds,
                 config.max_anchors,
+                config.max_knapsack_items,
                 config.leftover_fill,
             ),
         )
@@ -119,7 +120,7 @@ class SlidingServePolicy(Policy):
         if not anchors:
             return None
         contexts = [r.num_computed for r in view.decoding]
-        selection = self.constructor.select(contexts, queue, prefills, anchors, view.now, t_cur)
+        selection = self.constructor.select(contexts, queue, anchors, view.now, t_cur)
         return None if selection is None else self._selection_plan(view, queue, selection)
 
     def _selection_plan(

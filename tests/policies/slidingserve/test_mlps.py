@@ -1,0 +1,66 @@
+"""MLPS on hand-made queues."""
+
+from __future__ import annotations
+
+import pytest
+from factories import make_request
+
+from slidingserve.policies.slidingserve.mlps import edf_order, mlps_order, urgency
+
+
+def ids(requests: list) -> list[str]:  # type: ignore[type-arg]
+    return [r.request_id for r in requests]
+
+
+def test_urgency_formula_and_epsilon_floor() -> None:
+    assert urgency(500, 0.04, 5000.0, 0.001) == pytest.approx(2.5)
+    assert urgency(10, 0.0, 1000.0, 0.001) == pytest.approx(10.0)  # slack floored at ε
+
+
+def test_protected_first_then_urgent_then_short_then_lost() -> None:
+    now = 1.0
+    # ρ = 1000 tok/s. Urgent: r / (ρ s) > 1.
+    calm_short = make_request("calm-short", arrival=0.0, ttft=3.0, prompt=100)  # u = 0.05
+    calm_long = make_request("calm-long", arrival=0.0, ttft=3.0, prompt=900)  # u = 0.45
+    urgent_long = make_request("urgent-long", arrival=0.5, ttft=1.0, prompt=800)  # u = 1.6
+    urgent_short = make_request("urgent-short", arrival=0.5, ttft=0.7, prompt=300)  # u = 1.5
+    lost = make_request("lost", arrival=0.0, ttft=0.9, prompt=10)  # deadline passed
+    protected = make_request("vip", arrival=0.9, ttft=5.0, prompt=2000, protected=True)
+    protected_lost = make_request("vip-lost", arrival=0.0, ttft=0.5, prompt=5, protected=True)
+    queue = [calm_long, lost, urgent_long, calm_short, protected_lost, urgent_short, protected]
+    order = mlps_order(queue, now, throughput=1000.0)
+    assert ids(order) == [
+        "vip",
+        "vip-lost",
+        "urgent-short",
+        "urgent-long",
+        "calm-short",
+        "calm-long",
+        "lost",
+    ]
+
+
+def test_alpha_moves_the_urgency_threshold() -> None:
+    now = 0.0
+    a = make_request("a", ttft=1.0, prompt=600)  # u = 0.6 at ρ = 1000
+    b = make_request("b", ttft=1.0, prompt=300, arrival=0.0)  # u = 0.3
+    assert ids(mlps_order([a, b], now, 1000.0, alpha=1.0)) == ["b", "a"]
+    assert ids(mlps_order([a, b], now, 1000.0, alpha=0.5)) == ["a", "b"]
+
+
+def test_ties_go_to_the_earlier_arrival() -> None:
+    first = make_request("first", arrival=0.1, ttft=5.0, prompt=100)
+    second = make_request("second", arrival=0.2, ttft=5.0, prompt=100)
+    assert ids(mlps_order([second, first], 0.3, 1000.0)) == ["first", "second"]
+
+
+def test_remaining_tokens_not_prompt_length_count() -> None:
+    half_done = make_request("half", ttft=9.0, prompt=1000, computed=900)  # r = 100
+    fresh = make_request("fresh", ttft=9.0, prompt=200)  # r = 200
+    assert ids(mlps_order([fresh, half_done], 0.0, 1000.0)) == ["half", "fresh"]
+
+
+def test_edf_orders_by_next_deadline() -> None:
+    late = make_request("late", arrival=0.0, ttft=6.0)
+    soon = make_request("soon", arrival=1.0, ttft=2.0)
+    assert ids(edf_order([late, soon])) == ["soon", "late"]
