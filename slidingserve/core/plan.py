@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
+from slidingserve.core.kv_blocks import blocks_for_tokens
 from slidingserve.core.request import Phase
 
 if TYPE_CHECKING:
@@ -43,6 +44,10 @@ class PlanBuilder:
     """Fills a plan under a token budget, the batch-size cap and the free KV blocks.
 
     Every policy builds through it, so no policy can exceed an engine limit by accident.
+    KV follows vLLM's allocation: a new request is admitted only if its whole chunk fits,
+    and the first one that does not fit stops admission for the iteration; a running
+    prefill may take a shorter chunk; the blocks the decodes need for their next token are
+    kept for them, whatever order the policy adds requests in.
     """
 
     def __init__(self, view: SchedulerView, token_budget: int | None = None) -> None:
@@ -51,9 +56,25 @@ class PlanBuilder:
         self.tokens_left = limit if token_budget is None else min(token_budget, limit)
         self.seats_left = view.limits.max_num_seqs
         # vLLM keeps at most max_num_seqs requests running; a new one needs a free place.
-        self.admissions_left = max(0, view.limits.max_num_seqs - view.num_running)
+        room = view.limits.max_num_seqs - view.num_running
+        self.admissions_left = max(0, room) if view.admit else 0
         self.blocks_left = view.kv.num_free
+        self._reserved = sum(self._extra_blocks(r, 1) for r in view.decoding)
         self.chunks: list[ScheduledChunk] = []
+
+    def _extra_blocks(self, request: Request, tokens: int) -> int:
+        kv = self._view.kv
+        return max(
+            0, blocks_for_tokens(request.num_computed + tokens, kv.block_size) - kv.held(request)
+        )
+
+    def _kv_room(self, request: Request) -> int:
+        """Tokens `request` can cache in the blocks it holds plus those it may take."""
+        kv = self._view.kv
+        free = self.blocks_left
+        if request.phase is not Phase.DECODING:
+            free -= self._reserved
+        return (kv.held(request) + max(0, free)) * kv.block_size - request.num_computed
 
     def max_tokens_for(self, request: Request) -> int:
         """Most tokens `request` could take now (budget and KV), ignoring its remaining work."""
@@ -61,18 +82,25 @@ class PlanBuilder:
             return 0
         if request.phase is Phase.WAITING and self.admissions_left == 0:
             return 0
-        kv = self._view.kv
-        room = (kv.held(request) + self.blocks_left) * kv.block_size - request.num_computed
-        return max(0, min(self.tokens_left, room))
+        return max(0, min(self.tokens_left, self._kv_room(request)))
 
     def add(self, request: Request, want: int) -> int:
         """Schedule up to `want` tokens of `request`; return how many were granted."""
-        tokens = min(want, self.max_tokens_for(request))
+        if self.seats_left == 0 or (request.phase is Phase.WAITING and not self.admissions_left):
+            return 0
+        tokens = min(want, self.tokens_left)
+        room = self._kv_room(request)
+        if tokens > room:
+            if request.phase is Phase.WAITING:
+                self.admissions_left = 0  # all or nothing, and no admission after a miss
+                return 0
+            tokens = room
         if tokens <= 0:
             return 0
-        kv = self._view.kv
-        needed = -(-(request.num_computed + tokens) // kv.block_size) - kv.held(request)
-        self.blocks_left -= max(0, needed)
+        needed = self._extra_blocks(request, tokens)
+        self.blocks_left -= needed
+        if request.phase is Phase.DECODING:
+            self._reserved -= needed
         self.tokens_left -= tokens
         self.seats_left -= 1
         if request.phase is Phase.WAITING:
@@ -105,6 +133,8 @@ def validate_plan(plan: Plan, view: SchedulerView) -> None:
             f"{plan.total_tokens} tokens > max_num_batched_tokens {limits.max_num_batched_tokens}"
         )
     admitted = sum(1 for chunk in plan.chunks if chunk.request.phase is Phase.WAITING)
+    if admitted and not view.admit:
+        raise InvalidPlanError(f"plan admits {admitted} requests in an iteration that preempted")
     if admitted > limits.max_num_seqs - view.num_running:
         raise InvalidPlanError(
             f"plan admits {admitted} requests beside {view.num_running} running; "
@@ -117,7 +147,8 @@ def validate_plan(plan: Plan, view: SchedulerView) -> None:
             raise InvalidPlanError(f"request {request.request_id} scheduled twice")
         seen.add(request.request_id)
         _check_tokens(request, tokens)
-        needed = -(-(request.num_computed + tokens) // limits.block_size) - view.kv.held(request)
+        needed = blocks_for_tokens(request.num_computed + tokens, limits.block_size)
+        needed -= view.kv.held(request)
         blocks += max(0, needed)
     if blocks > view.kv.num_free:
         raise InvalidPlanError(f"plan needs {blocks} KV blocks, {view.kv.num_free} free")

@@ -42,7 +42,7 @@ class SchedulerView:
 
     Policies read it and return a `Plan`; they never mutate requests or queues. Decoding
     requests in `decoding` are guaranteed room in the KV cache for one more token (the
-    engine preempts before asking if need be).
+    engine preempts before asking if need be); `PlanBuilder` keeps that room for them.
     """
 
     now: float  # seconds, from the engine's clock
@@ -52,6 +52,7 @@ class SchedulerView:
     decoding: Sequence[Request]  # generating; admission order
     limits: EngineLimits
     kv: KVView
+    admit: bool = True  # False after a preemption this iteration: vLLM admits nothing then
 
     @property
     def num_running(self) -> int:

@@ -32,15 +32,25 @@ if TYPE_CHECKING:
 FAST_FORWARD_MAX_STEPS = 4096
 """Longest decode-only run simulated in one vectorised step (bounds array sizes)."""
 
+MAX_PREEMPTIONS_PER_REQUEST = 1000
+"""Beyond this many preemptions per request on average the engine is thrashing: a bug."""
+
 
 class IterationTimer(Protocol):
-    """Times batches: the simulator's GPU."""
+    """Times batches: the simulator's GPU (the ground-truth latency model)."""
 
-    def sample_time(self, shape: BatchShape) -> float: ...
+    def sample_time(self, shape: BatchShape) -> float:
+        """Seconds the iteration running `shape` takes; called once per stepped iteration."""
+        ...
 
-    def decode_run_times(self, num_decodes: int, decode_kv: int, steps: int) -> np.ndarray: ...
+    def decode_run_times(self, num_decodes: int, decode_kv: int, steps: int) -> np.ndarray:
+        """Seconds of each of up to `steps` decode-only iterations (KV sum grows by
+        `num_decodes` a step), without using up their noise; see `consume_noise`."""
+        ...
 
-    def consume_noise(self, count: int) -> None: ...
+    def consume_noise(self, count: int) -> None:
+        """Called after `decode_run_times` with the number of those steps that ran."""
+        ...
 
 
 class SchedulingStallError(RuntimeError):
@@ -109,11 +119,13 @@ class Simulator:
             if state.idle:
                 state.now = state.next_arrival
                 continue
-            counters.preemptions += state.make_room_for_decodes()
+            preempted = state.make_room_for_decodes()
+            counters.preemptions += preempted
+            self._check_thrashing(counters, len(requests))
             if self._can_fast_forward(state):
-                counters.fast_forwarded += self._fast_forward(state)
+                counters.fast_forwarded += self._fast_forward(state, logs)
                 continue
-            self._step(state, counters, logs)
+            self._step(state, counters, logs, admit=not preempted)
         return SimulationRun(
             state.all_requests,
             state.now,
@@ -123,20 +135,29 @@ class Simulator:
             logs,
         )
 
+    def _check_thrashing(self, counters: _Counters, num_requests: int) -> None:
+        if counters.preemptions > MAX_PREEMPTIONS_PER_REQUEST * num_requests:
+            raise SchedulingStallError(
+                f"policy {self.policy.name!r}: {counters.preemptions} preemptions for "
+                f"{num_requests} requests; the engine is thrashing"
+            )
+
     def _check_fits(self, requests: Sequence[Request]) -> None:
         for request in requests:
-            needed = blocks_for_tokens(
-                request.prompt_len + request.output_len, self.limits.block_size
-            )
+            # The last token is emitted, never cached: at most p + o − 1 tokens are held.
+            most = request.prompt_len + request.output_len - 1
+            needed = blocks_for_tokens(most, self.limits.block_size)
             if needed > self.kv_blocks:
                 raise ValueError(
                     f"request {request.request_id} needs {needed} KV blocks "
-                    f"({request.prompt_len}+{request.output_len} tokens); the cache has "
+                    f"({most} tokens at most); the cache has "
                     f"{self.kv_blocks}"
                 )
 
-    def _step(self, state: EngineState, counters: _Counters, logs: list[IterationLog]) -> None:
-        plan = self._plan(state, counters)
+    def _step(
+        self, state: EngineState, counters: _Counters, logs: list[IterationLog], admit: bool
+    ) -> None:
+        plan = self._plan(state, counters, admit)
         shape = BatchShape.from_plan(plan)
         duration = self.timer.sample_time(shape)
         start = state.now
@@ -150,10 +171,11 @@ class Simulator:
             )
         self.policy.on_iteration_end(IterationRecord(start, duration, plan, shape))
 
-    def _plan(self, state: EngineState, counters: _Counters) -> Plan:
-        """Ask the policy; if it runs nothing, preempt the newest request and ask again."""
+    def _plan(self, state: EngineState, counters: _Counters, admit: bool) -> Plan:
+        """Ask the policy; if it runs nothing, preempt the newest request and ask again
+        (admitting nothing new in an iteration that preempted, as vLLM)."""
         while True:
-            view = state.view(self.limits)
+            view = state.view(self.limits, admit)
             plan = self.policy.schedule(view)
             if plan.chunks:
                 if self.options.validate_plans:
@@ -166,6 +188,7 @@ class Simulator:
                 )
             state.preempt(state.running[-1])
             counters.preemptions += 1
+            admit = False
 
     def _can_fast_forward(self, state: EngineState) -> bool:
         if not self.options.fast_forward or state.waiting:
@@ -177,7 +200,7 @@ class Simulator:
             and self.policy.schedules_all_decodes(num_decodes)
         )
 
-    def _fast_forward(self, state: EngineState) -> int:
+    def _fast_forward(self, state: EngineState, logs: list[IterationLog]) -> int:
         """Run decode-only iterations until an arrival, a completion or a KV limit."""
         running = state.running
         num_decodes = len(running)
@@ -196,6 +219,12 @@ class Simulator:
             starts_before = int(np.searchsorted(ends, state.next_arrival, side="left")) + 1
             steps = min(steps, starts_before)
         self.timer.consume_noise(steps)
+        if self.options.record_iterations:
+            starts = np.concatenate(([state.now], ends[: steps - 1]))
+            logs += [
+                IterationLog(start, duration, num_decodes, num_decodes, num_decodes, "decode-run")
+                for start, duration in zip(starts.tolist(), durations[:steps].tolist(), strict=True)
+            ]
         state.execute_decode_run(ends[:steps].tolist())
         self.policy.on_decode_run(durations[:steps].tolist(), num_decodes)
         return steps

@@ -51,11 +51,14 @@ class EngineState:
             self.waiting.append(pending[self._next_pending])
             self._next_pending += 1
 
-    def view(self, limits: EngineLimits) -> SchedulerView:
+    def view(self, limits: EngineLimits, admit: bool = True) -> SchedulerView:
+        """The policy's view; `admit` False after a preemption in this iteration (as vLLM),
+        unless nothing is running any more."""
         decoding = [r for r in self.running if r.phase is Phase.DECODING]
         prefilling = [r for r in self.running if r.phase is Phase.PREFILLING]
+        admit = admit or not self.running
         return SchedulerView(
-            self.now, self.waiting, self.running, prefilling, decoding, limits, self.kv
+            self.now, self.waiting, self.running, prefilling, decoding, limits, self.kv, admit
         )
 
     def make_room_for_decodes(self) -> int:

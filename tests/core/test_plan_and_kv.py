@@ -10,6 +10,7 @@ from slidingserve.core import (
     Plan,
     PlanBuilder,
     ScheduledChunk,
+    SchedulerView,
     blocks_for_tokens,
     validate_plan,
 )
@@ -55,10 +56,40 @@ class TestPlanBuilder:
         ]
         assert plan.total_tokens == 20
 
-    def test_kv_limits_a_chunk(self) -> None:
-        view, _ = make_view(waiting=[make_request("w", prompt=100)], kv_blocks=3)
+    def test_a_new_request_is_admitted_only_whole_and_a_miss_stops_admission(self) -> None:
+        big, small = make_request("big", prompt=100), make_request("small", prompt=10)
+        view, _ = make_view(waiting=[big, small], kv_blocks=3)
         builder = PlanBuilder(view)
-        assert builder.add(view.waiting[0], 100) == 48
+        assert builder.add(big, 100) == 0  # needs 7 blocks, 3 free: no partial admission
+        assert builder.add(small, 10) == 0  # vLLM stops admitting after the first miss
+        assert builder.chunks == []
+
+    def test_a_running_prefill_may_take_a_shorter_chunk(self) -> None:
+        running = make_request("p", prompt=100, computed=16)  # holds 1 block
+        view, _ = make_view(running=[running], kv_blocks=3)
+        assert PlanBuilder(view).add(running, 84) == 32  # 2 free blocks
+
+    def test_blocks_for_the_next_decode_tokens_are_kept(self) -> None:
+        # The decode has 32 tokens cached in 2 full blocks: its next token needs a third.
+        decode = make_decoding("d", prompt=32, generated=1)
+        prefill = make_request("p", prompt=100, computed=16)
+        view, _ = make_view(running=[prefill, decode], kv_blocks=4)  # 1 block free
+        builder = PlanBuilder(view)
+        assert builder.add(prefill, 84) == 0  # the free block is the decode's
+        assert builder.add(decode, 1) == 1
+
+    def test_nothing_is_admitted_in_an_iteration_that_preempted(self) -> None:
+        view, kv = make_view(waiting=[make_request("w")], running=[make_decoding("d")])
+        no_admission = SchedulerView(
+            view.now, view.waiting, view.running, view.prefilling, view.decoding,
+            view.limits, kv, admit=False,
+        )  # fmt: skip
+        builder = PlanBuilder(no_admission)
+        builder.add_decodes(no_admission.decoding)
+        builder.add_prefills(no_admission.waiting)
+        assert [c.request.request_id for c in builder.chunks] == ["d"]
+        with pytest.raises(InvalidPlanError, match="preempted"):
+            validate_plan(Plan([ScheduledChunk(view.waiting[0], 10)]), no_admission)
 
     def test_batch_size_cap_limits_admissions(self) -> None:
         limits = EngineLimits(max_num_seqs=2)

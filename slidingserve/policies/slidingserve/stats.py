@@ -27,8 +27,8 @@ class DecisionRecord(NamedTuple):
     mlps_s: float  # sorting the queue
     predictor_s: float  # every predictor call
     predictor_calls: int
-    chunker_s: float  # SlidingChunker (and the candidate batch and checker)
-    constructor_s: float  # BatchConstructor
+    chunker_s: float  # SlidingChunker and the plan it fills
+    constructor_s: float  # candidate batch, violation checker and BatchConstructor
     total_s: float  # the whole call
 
 

@@ -1,0 +1,123 @@
+"""Scheduler decision time per iteration, by component, against the number of requests.
+
+    python benchmarks/sched_overhead.py [--sizes 16 64 256 1024] [--views 300]
+                                        [--policies slidingserve sarathi]
+
+For each size N it builds `--views` random engine states with N active requests: half
+decoding (ShareGPT-like contexts, 50 ms TBT, next-token slack 30 ms to 1 s), half
+waiting or partly prefilled (realistic prompt lengths, TTFT slacks from −0.2 s to 2 s, so
+some are lost, some at risk and most calm). Every policy schedules the same states in the
+same run. Prints median and p99 wall time per `schedule` call, and for SlidingServe the
+median time per component (MLPS sort, predictor calls, chunker incl. candidate batch,
+BatchConstructor) with the share of iterations that took the constructor path, and the
+median predicted iteration time for scale (the paper's budget: scheduling < 5% of it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from slidingserve.core import SLO, EngineLimits, KVBlockManager, Phase, Request, SchedulerView
+from slidingserve.policies import PolicyContext, make_policy
+from slidingserve.policies.slidingserve import SlidingServePolicy
+from slidingserve.sim.hardware import HardwareConfig
+from slidingserve.sim.profiling import profile_ground_truth
+from slidingserve.sim.workloads import WorkloadConfig, sample_workload
+
+
+def random_view(size: int, limits: EngineLimits, rng: np.random.Generator) -> SchedulerView:
+    now = 100.0
+    sample = sample_workload(
+        WorkloadConfig("sharegpt", size), 1.0, int(rng.integers(1 << 30)), 8192
+    )
+    kv = KVBlockManager(10_000_000, limits.block_size)
+    waiting, running = [], []
+    for i in range(size):
+        prompt, output = int(sample.prompt_lens[i]), max(2, int(sample.output_lens[i]))
+        if i % 2 == 0:
+            generated = int(rng.integers(1, output))
+            slack = float(rng.uniform(0.03, 1.0))  # banked slack of the next token
+            arrival = now - 1.0 - generated * 0.05
+            ttft = now + slack - arrival - generated * 0.05
+            request = _request(i, arrival, prompt, output, max(ttft, 0.01))
+            request.phase, request.num_generated = Phase.DECODING, generated
+            request.num_computed = prompt + generated - 1
+        else:
+            arrival = now - float(rng.uniform(0.0, 1.0))
+            ttft = now + float(rng.uniform(-0.2, 2.0)) - arrival
+            request = _request(i, arrival, prompt, output, max(ttft, 0.01))
+            if rng.random() < 0.3:
+                request.phase = Phase.PREFILLING
+                request.num_computed = int(rng.integers(1, prompt)) if prompt > 1 else 0
+        _allocate(kv, request)
+        (running if request.phase is not Phase.WAITING else waiting).append(request)
+    decoding = [r for r in running if r.phase is Phase.DECODING]
+    prefilling = [r for r in running if r.phase is Phase.PREFILLING]
+    return SchedulerView(now, waiting, running, prefilling, decoding, limits, kv)
+
+
+def _request(i: int, arrival: float, prompt: int, output: int, ttft: float) -> Request:
+    return Request(f"r{i}", arrival, prompt, output, SLO(ttft, 0.05))
+
+
+def _allocate(kv: KVBlockManager, request: Request) -> None:
+    computed, request.num_computed = request.num_computed, 0
+    kv.grow(request, computed)
+    request.num_computed = computed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[16, 64, 256, 1024])
+    parser.add_argument("--views", type=int, default=300)
+    parser.add_argument("--policies", nargs="+", default=["slidingserve", "sarathi"])
+    args = parser.parse_args()
+    predictor = profile_ground_truth(HardwareConfig(), EngineLimits()).predictor
+    rng = np.random.default_rng(0)
+    print(f"{'requests':>8}  {'policy':<22} {'median ms':>9} {'p99 ms':>8}  components (median ms)")
+    for size in args.sizes:
+        limits = EngineLimits(max_num_batched_tokens=2048, max_num_seqs=max(256, size))
+        views = [random_view(size, limits, rng) for _ in range(args.views)]
+        for name in args.policies:
+            policy = make_policy(name, PolicyContext(limits, predictor))
+            wall = []
+            for view in views:
+                started = time.perf_counter()
+                policy.schedule(view)
+                wall.append(time.perf_counter() - started)
+            print(
+                f"{size:>8}  {name:<22} {_ms(np.median(wall)):>9} {_ms(np.percentile(wall, 99)):>8}"
+                f"  {_components(policy)}"
+            )
+
+
+def _components(policy: object) -> str:
+    if not isinstance(policy, SlidingServePolicy) or not policy.decisions:
+        return ""
+    records = policy.decisions
+    parts = {
+        "mlps": [r.mlps_s for r in records],
+        "predictor": [r.predictor_s for r in records],
+        "chunker": [r.chunker_s for r in records],
+        "constructor": [r.constructor_s for r in records],
+    }
+    text = " ".join(f"{name} {_ms(statistics.median(v))}" for name, v in parts.items())
+    constructed = sum(r.path == "constructor" for r in records) / len(records)
+    calls = statistics.median(r.predictor_calls for r in records)
+    predicted = statistics.median(r.predicted_time or 0.0 for r in records)
+    return (
+        f"{text} | predictor calls {calls:.0f}, constructor path {constructed:.0%}, "
+        f"predicted iteration {predicted * 1000:.0f} ms"
+    )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.3f}"
+
+
+if __name__ == "__main__":
+    main()
