@@ -4,10 +4,10 @@ Every iteration costs its non-attention time (linear layers, embedding, all-redu
 overhead) plus attention. The non-attention time of a batch of n tokens is at least
 n · min_m (time(m) / m) over batch sizes m the engine allows, so a request's tokens cost at
 least that much each, however they are batched. Attention is additive per request: its
-prefill at the chunk size that minimises it, its decodes at their per-token cost with the
-per-batch constant amortised away. Nothing is shared across requests beyond what the bound
-already amortises, so no schedule finishes requests faster on average (up to the noise,
-which has mean 1).
+prefill at the chunking that minimises it (closed form), its decodes at their per-token
+cost with the per-batch constant amortised away. Nothing is shared across requests beyond
+what the bound already amortises, so no schedule finishes requests faster on average (up to
+the noise, which has mean 1).
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ import numpy as np
 from slidingserve.core.view import EngineLimits
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
 from slidingserve.sim.workloads import WorkloadConfig, sample_workload
-
-CHUNK_SIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,25 +64,26 @@ def capacity_bound(
 def _least_prefill_attention(
     latency: GroundTruthLatency, prompts: np.ndarray, max_chunk: int
 ) -> np.ndarray:
-    """Per request, the least attention time of its prefill over the chunk sizes."""
-    best = np.full(prompts.size, np.inf)
-    for size in (c for c in CHUNK_SIZES if c <= max_chunk):
-        best = np.minimum(best, _chunked_prefill_attention(latency, prompts, size))
+    """Per request, a lower bound on the attention time of its prefill over every chunking.
+
+    With n chunks c_k (Σ c_k = P, each ≤ max_chunk) on top of u_k = Σ_{j<k} c_j cached
+    tokens, Σ c_k·u_k = (P² − S)/2 with S = Σ c_k², so the time is
+    n·a + b·P²/2 + κ·S with κ = c − b/2. If κ ≥ 0, S ≥ P²/n (equal chunks) and the bound
+    n·a + b·P²/2 + κ·P²/n is minimised over integers n in [⌈P / max_chunk⌉, P]; if κ < 0,
+    S ≤ max_chunk·P bounds it with the fewest chunks.
+    """
+    a, b, c = latency.prefill_attention_coefficients()
+    tokens = prompts.astype(np.float64)
+    fewest = np.ceil(tokens / max_chunk)
+    kappa = c - b / 2
+    if kappa < 0:
+        return fewest * a + b * tokens**2 / 2 + kappa * np.minimum(tokens, max_chunk) * tokens
+    ideal = tokens * np.sqrt(kappa / a) if a > 0 else tokens
+    best = np.full(tokens.size, np.inf)
+    for rounded in (np.floor(ideal), np.ceil(ideal)):
+        chunks = np.clip(rounded, fewest, tokens)
+        best = np.minimum(best, chunks * a + b * tokens**2 / 2 + kappa * tokens**2 / chunks)
     return best
-
-
-def _chunked_prefill_attention(
-    latency: GroundTruthLatency, prompts: np.ndarray, size: int
-) -> np.ndarray:
-    num_chunks = -(-prompts // size)
-    owner = np.repeat(np.arange(prompts.size), num_chunks)
-    first_chunk = np.concatenate(([0], np.cumsum(num_chunks)[:-1]))
-    index = np.arange(owner.size) - first_chunk[owner]
-    cached = index * size
-    chunk = np.minimum(size, prompts[owner] - cached)
-    times = latency.prefill_attention_time(chunk, cached)
-    summed: np.ndarray = np.bincount(owner, weights=times, minlength=prompts.size)
-    return summed
 
 
 def _decode_attention(

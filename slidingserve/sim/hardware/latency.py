@@ -147,6 +147,10 @@ class GroundTruthLatency:
         seconds = self._pre0 + c * (self._pre_cu * u + self._pre_cc * c)
         return np.where(c > 0, seconds, 0.0)
 
+    def prefill_attention_coefficients(self) -> tuple[float, float, float]:
+        """(a, b, c) with prefill attention of a chunk = a + b·chunk·cached + c·chunk², seconds."""
+        return self._pre0, self._pre_cu, self._pre_cc
+
     def decode_attention_time(self, num_decodes: npt.ArrayLike, kv: npt.ArrayLike) -> FloatArray:
         """Seconds, all layers, of decode attention for `num_decodes` decodes reading `kv`
         KV tokens in total (zero without decodes)."""
