@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.handler(args)
-    except (ValueError, OSError) as error:
+    except (ValueError, TypeError, OSError) as error:
         print(f"slidingserve {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -10,7 +10,6 @@ from tqdm import tqdm
 
 from slidingserve import config as cfg
 from slidingserve.eval.experiment import GoodputExperiment, run_experiment, task_count
-from slidingserve.eval.plots import plot_violation_curves
 from slidingserve.eval.report import (
     describe_setup,
     experiment_payload,
@@ -25,7 +24,7 @@ from slidingserve.predictor import PredictorMetadata, save_predictor
 from slidingserve.sim.hardware import list_gpus, list_models
 from slidingserve.sim.profiling import hardware_label, profile_ground_truth
 from slidingserve.sim.runner import SimulationSpec, simulate
-from slidingserve.sim.workloads import SLO_PRESETS, WORKLOADS, WorkloadConfig
+from slidingserve.sim.workloads import SLO_PRESETS, WORKLOADS
 
 
 def settings_from(args: argparse.Namespace) -> cfg.Settings:
@@ -65,26 +64,15 @@ def _overload(text: str | None) -> dict[str, float] | None:
     return {"start": start, "duration": duration, "factor": factor}
 
 
-def _workload_config(settings: cfg.Settings, name: str, default_requests: int) -> WorkloadConfig:
-    table = settings["workload"]
-    trace_dir = table.get("trace_dir")
-    return WorkloadConfig(
-        name,
-        table.get("requests", default_requests),
-        cfg.arrival_config(settings),
-        table.get("slo", "strict"),
-        table.get("slo_scale", 1.0),
-        Path(trace_dir) if trace_dir else None,
-    )
-
-
 def run_simulate(args: argparse.Namespace) -> int:
+    if args.out and args.out.suffix not in (".json", ".csv"):
+        raise ValueError(f"--out must end in .json or .csv, got {args.out}")
     settings = settings_from(args)
     options = cfg.policy_options(settings, args.policy)
     specs = [
         SimulationSpec(
             policy,
-            _workload_config(settings, workload, 1000),
+            cfg.workload_config(settings, workload, 1000),
             cfg.hardware_config(settings),
             cfg.engine_limits(settings),
             options.get(policy, {}),
@@ -103,10 +91,8 @@ def run_simulate(args: argparse.Namespace) -> int:
 def _write_results(path: Path, rows: list[dict[str, Any]]) -> None:
     if path.suffix == ".csv":
         write_csv(path, rows)
-    elif path.suffix == ".json":
-        write_json(path, rows)
     else:
-        raise ValueError(f"--out must end in .json or .csv, got {path}")
+        write_json(path, rows)
     print(f"wrote {path}")
 
 
@@ -136,6 +122,7 @@ def experiment_from(args: argparse.Namespace, settings: cfg.Settings) -> Goodput
         slo_preset=workload.get("slo", defaults.slo_preset),
         slo_scale=workload.get("slo_scale", defaults.slo_scale),
         trace_dir=workload.get("trace_dir"),
+        tbt_reading=cfg.tbt_reading(settings),
         hardware=cfg.hardware_config(settings),
         limits=cfg.engine_limits(settings),
         policy_options=cfg.policy_options(settings, policies),
@@ -172,6 +159,8 @@ def run_goodput(args: argparse.Namespace) -> int:
     write_csv(out / "goodput.csv", goodput_rows(result))
     written = [out / "goodput.json", out / "goodput.csv"]
     if result.curve:
+        from slidingserve.eval.plots import plot_violation_curves  # matplotlib: only here
+
         written.append(plot_violation_curves(result, out / "violation_vs_rate.png"))
     print("\nwrote " + ", ".join(str(path) for path in written))
     return 0

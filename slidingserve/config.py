@@ -20,9 +20,10 @@ from typing import Any
 
 from slidingserve.core.view import EngineLimits
 from slidingserve.eval.goodput import SearchSettings
+from slidingserve.policies import get_policy_class
 from slidingserve.sim.hardware import HardwareConfig
 from slidingserve.sim.metrics import TbtReading
-from slidingserve.sim.workloads import ArrivalConfig, OverloadWindow
+from slidingserve.sim.workloads import ArrivalConfig, OverloadWindow, WorkloadConfig
 
 Settings = dict[str, dict[str, Any]]
 SECTIONS = ("hardware", "engine", "workload", "goodput", "policies")
@@ -88,6 +89,8 @@ def arrival_config(settings: Settings) -> ArrivalConfig:
     overload = table.get("overload")
     window = None
     if overload is not None:
+        if not isinstance(overload, dict):
+            raise ValueError(f"[workload] overload must be a table, got {overload!r}")
         keys = ("start", "duration", "factor")
         window = OverloadWindow(**_take(overload, "workload.overload", keys))
     return ArrivalConfig(table.get("arrival", "poisson"), table.get("burstiness", 1.0), window)
@@ -123,9 +126,28 @@ def search_settings(settings: Settings) -> SearchSettings:
 
 
 def policy_options(settings: Settings, policies: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """Options per policy, for the policies in the run (others in the file are ignored)."""
+    """Options per policy, for the policies in the run; a table for a policy that does not
+    exist is an error (a typo would otherwise be ignored), one for another policy is not."""
     tables = settings["policies"]
+    for name, table in tables.items():
+        get_policy_class(name)
+        if not isinstance(table, dict):
+            raise ValueError(f"[policies.{name}] must be a table of options, got {table!r}")
     return {name: dict(tables[name]) for name in policies if name in tables}
+
+
+def workload_config(settings: Settings, name: str, default_requests: int) -> WorkloadConfig:
+    """The workload `name` as the [workload] table describes it."""
+    table = _take(settings["workload"], "workload", WORKLOAD_KEYS)
+    trace_dir = table.get("trace_dir")
+    return WorkloadConfig(
+        name,
+        table.get("requests", default_requests),
+        arrival_config(settings),
+        table.get("slo", "strict"),
+        table.get("slo_scale", 1.0),
+        Path(trace_dir) if trace_dir else None,
+    )
 
 
 def parse_assignments(assignments: list[str] | None, settings: Settings) -> None:

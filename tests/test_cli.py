@@ -91,6 +91,13 @@ def test_predictor_reports_accuracy_and_saves(
         (["simulate", "--requests", "0"], "num_requests must be at least 1"),
         (["goodput", "--policies", "vllm,magic"], "unknown policy 'magic'"),
         (["goodput", "--seeds", "0"], "seeds must be a positive count"),
+        (["simulate", "--set", "sarathi.chunk_size=abc"], "chunk_size must be an integer"),
+        (["simulate", "--set", "sarathi.chunk_size=1.5"], "chunk_size must be an integer"),
+        (["simulate", "--set", "sarathi.chunk_size=true"], "chunk_size must be an integer"),
+        (["simulate", "--set", "sarthi.chunk_size=128"], "unknown policy 'sarthi'"),
+        (["simulate", "--out", "results.txt"], "--out must end in .json or .csv"),
+        (["simulate", "--max-num-seqs", "0"], "max_num_seqs must be at least 1"),
+        (["simulate", "--rate", "1e-9"], "rate must be at least"),
     ],
 )
 def test_bad_input_gets_a_clear_error(
@@ -106,6 +113,40 @@ def test_non_positive_rate_is_refused(capsys: pytest.CaptureFixture[str]) -> Non
         main(["simulate", "--rate", "0"])
     assert exit_info.value.code == 2
     assert "must be positive" in capsys.readouterr().err
+
+
+def test_wrongly_typed_config_values_are_reported(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "typed.toml"
+    for text, message in [
+        ('[engine]\nmax_num_seqs = "8"\n', "max_num_seqs must be an integer"),
+        ("[workload]\noverload = 3\n", "overload must be a table"),
+        ("[policies]\nsarathi = 5\n", "must be a table of options"),
+    ]:
+        config.write_text(text)
+        code, _, err = run(capsys, "simulate", "--config", str(config), "--requests", "5")
+        assert code == 2, text
+        assert message in err, err
+
+
+def test_goodput_honours_the_tbt_reading(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    common = ["goodput", "--policies", "vllm", "--workloads", "sharegpt", "--seeds", "1"]
+    common += ["--requests", "60", "--precision", "0.2", "--curve-points", "0", "--jobs", "1"]
+    goodput = {}
+    for reading in ("cumulative", "per-gap"):
+        out = tmp_path / reading
+        code, _, _ = run(
+            capsys, *common, "--no-progress", "--out-dir", str(out), "--tbt-reading", reading
+        )
+        assert code == 0
+        payload = json.loads((out / "goodput.json").read_text())
+        assert f"read {reading}" in payload["setup"]
+        goodput[reading] = payload["goodput"][0]["goodput_mean"]
+    # vLLM's 2048-token chunks stall decodes for longer than 50 ms: per gap that counts.
+    assert goodput["per-gap"] < goodput["cumulative"]
 
 
 def test_malformed_config_file_is_reported(

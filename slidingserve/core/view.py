@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from slidingserve.core.checks import require_int
+
 if TYPE_CHECKING:
     from slidingserve.core.request import Request
 
@@ -20,8 +22,7 @@ class EngineLimits:
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+            require_int(name, getattr(self, name))
 
 
 class KVView(Protocol):

@@ -21,6 +21,7 @@ from slidingserve.eval.capacity import CapacityBound, capacity_bound
 from slidingserve.eval.goodput import GoodputEstimate, SearchSettings, search_goodput
 from slidingserve.policies import get_policy_class
 from slidingserve.sim.hardware import HardwareConfig
+from slidingserve.sim.metrics import TbtReading
 from slidingserve.sim.profiling import profile_ground_truth
 from slidingserve.sim.runner import SimulationSpec, simulate
 from slidingserve.sim.workloads import ArrivalConfig, WorkloadConfig, get_workload
@@ -46,6 +47,7 @@ class GoodputExperiment:
     slo_preset: str = "strict"
     slo_scale: float = 1.0
     trace_dir: str | None = None  # None: embedded length tables
+    tbt_reading: TbtReading = TbtReading.CUMULATIVE  # how TBT violations are counted
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     limits: EngineLimits = field(default_factory=EngineLimits)
     policy_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -86,7 +88,8 @@ class GoodputExperiment:
             self.hardware,
             self.limits,
             dict(self.policy_options.get(policy, {})),
-            predictor=predictor,
+            self.tbt_reading,
+            predictor,
         )
 
     @property
@@ -235,12 +238,14 @@ def _shared_predictor(experiment: GoodputExperiment) -> LatencyModel | None:
 def _curve_tasks(
     experiment: GoodputExperiment, rows: list[GoodputRow], predictor: LatencyModel | None
 ) -> list[_CurveTask]:
-    """A common grid per workload, from a quarter to 1.5× the best goodput found."""
+    """A common grid per workload, from 0.225× to 1.5× the best goodput found (or up to half
+    the capacity bound when no policy met the SLOs at any rate)."""
     tasks = []
     points = experiment.curve_points
     for workload in experiment.workloads:
-        best = max(r.goodput_mean for r in rows if r.workload == workload)
-        top = 1.5 * best if best > 0 else 0.5 * rows[0].capacity_bound
+        mine = [r for r in rows if r.workload == workload]
+        best = max(r.goodput_mean for r in mine)
+        top = 1.5 * best if best > 0 else 0.5 * mine[0].capacity_bound
         rates = [top * (0.15 + 0.85 * i / max(1, points - 1)) for i in range(points)]
         for policy in experiment.policies:
             spec = experiment.spec(policy, workload, predictor)
@@ -258,10 +263,14 @@ def _map(
     """`function` over `items` in the pool, results in input order, progress as they finish."""
     futures = {pool.submit(function, item): index for index, item in enumerate(items)}
     results: dict[int, R] = {}
-    for future in as_completed(futures):
-        results[futures[future]] = future.result()
-        if progress is not None:
-            progress(1)
+    try:
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            if progress is not None:
+                progress(1)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)  # don't run the rest for nothing
+        raise
     return [results[index] for index in range(len(futures))]
 
 

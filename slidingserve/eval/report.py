@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,7 +50,7 @@ def describe_setup(result: ExperimentResult) -> str:
         f"{e.hardware.gpu} {e.hardware.model} TP{e.hardware.tp}, {e.slo_preset} SLOs "
         f"(scale {e.slo_scale:g}), {e.arrival.process} arrivals, {e.num_requests} requests "
         f"per trial, seeds {list(e.seeds)}, ≤ {e.search.threshold:.0%} violating, "
-        f"precision {e.search.precision:.0%}, TBT deadlines cumulative"
+        f"precision {e.search.precision:.0%}, TBT violations read {e.tbt_reading.value}"
     )
 
 
@@ -86,8 +87,20 @@ def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 
 
 def write_json(path: Path, payload: Any) -> None:
+    """Write `payload` as strict JSON: NaN (an undefined percentile) becomes null."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")
+    plain = json.loads(json.dumps(payload, default=_jsonable))
+    path.write_text(json.dumps(_nan_to_none(plain), indent=2, allow_nan=False) + "\n")
+
+
+def _nan_to_none(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _nan_to_none(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_nan_to_none(item) for item in value]
+    return value
 
 
 def experiment_payload(result: ExperimentResult) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from slidingserve.core.checks import require_int
 from slidingserve.core.plan import PlanBuilder
 from slidingserve.policies.base import Policy
 
@@ -15,11 +16,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class SarathiConfig:
+    """Options of `sarathi` and `sarathi-edf`."""
+
     chunk_size: int = 512  # token budget per iteration, decodes included
 
     def __post_init__(self) -> None:
-        if self.chunk_size < 1:
-            raise ValueError(f"chunk_size must be at least 1, got {self.chunk_size}")
+        require_int("chunk_size", self.chunk_size)
 
 
 class SarathiPolicy(Policy):

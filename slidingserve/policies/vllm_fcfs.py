@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from slidingserve.core.checks import require_int
 from slidingserve.core.plan import PlanBuilder
 from slidingserve.core.request import Phase
 from slidingserve.policies.base import Policy
@@ -16,11 +17,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class VllmConfig:
+    """Options of `vllm`."""
+
     max_num_batched_tokens: int | None = None  # token budget; None: the engine's limit (2048)
 
     def __post_init__(self) -> None:
-        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
-            raise ValueError("max_num_batched_tokens must be at least 1")
+        if self.max_num_batched_tokens is not None:
+            require_int("max_num_batched_tokens", self.max_num_batched_tokens)
 
 
 class VllmPolicy(Policy):

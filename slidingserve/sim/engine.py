@@ -87,6 +87,7 @@ class SimulationRun:
     num_fast_forwarded: int  # iterations simulated inside decode-only runs
     num_preemptions: int
     iterations: list[IterationLog]
+    blocks_in_use_at_end: int  # KV blocks still held when all requests finished (should be 0)
 
 
 class Simulator:
@@ -133,6 +134,7 @@ class Simulator:
             counters.fast_forwarded,
             counters.preemptions,
             logs,
+            state.kv.num_used,
         )
 
     def _check_thrashing(self, counters: _Counters, num_requests: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,10 @@ from slidingserve.sim.workloads import WorkloadConfig, generate_requests
 
 if TYPE_CHECKING:
     from slidingserve.predictor import LatencyModel
+
+
+MIN_RATE = 1e-4
+"""Slowest rate simulated, req/s: below it arrival times swamp the latencies in float64."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,8 @@ def with_predictor(spec: SimulationSpec) -> SimulationSpec:
 
 def simulate(spec: SimulationSpec, rate: float, seed: int) -> SimulationResult:
     """Run `spec` at `rate` req/s with `seed` (which fixes requests, arrivals and noise)."""
+    if not MIN_RATE <= rate < math.inf:
+        raise ValueError(f"rate must be at least {MIN_RATE} req/s and finite, got {rate}")
     started = time.perf_counter()
     requests = generate_requests(spec.workload, rate, seed, spec.max_model_len)
     latency = GroundTruthLatency(spec.hardware, seed)

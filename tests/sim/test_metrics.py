@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
+
 import numpy as np
 import pytest
 from factories import make_request
 
 from slidingserve.core import Request
+from slidingserve.eval.report import write_json
 from slidingserve.sim.metrics import TbtReading, compute_metrics
 
 
@@ -54,9 +59,20 @@ def test_violations_are_counted_per_request_and_by_kind() -> None:
 
 
 def test_percentiles_of_many_gaps() -> None:
-    times = list(np.cumsum(np.full(101, 0.01)))
-    metrics = compute_metrics([finished("a", 0.0, times)])
-    assert metrics.tbt.p99 == pytest.approx(0.01)
+    # Gaps 1, 2, ..., 100 ms: linear interpolation puts p50 at 50.5 ms and p99 at 99.01 ms.
+    times = list(0.5 + np.cumsum(np.concatenate(([0.0], np.arange(1, 101) / 1000))))
+    metrics = compute_metrics([finished("a", 0.0, times, ttft=1.0, tbt=1.0)])
+    assert metrics.tbt.p50 == pytest.approx(0.0505)
+    assert metrics.tbt.p90 == pytest.approx(0.0901)
+    assert metrics.tbt.p99 == pytest.approx(0.09901)
+
+
+def test_one_token_outputs_have_no_tbt_and_write_strict_json(tmp_path: Path) -> None:
+    metrics = compute_metrics([finished("a", 0.0, [0.2])])
+    assert math.isnan(metrics.tbt.p50) and math.isnan(metrics.tpot.p50)
+    path = tmp_path / "m.json"
+    write_json(path, metrics.to_dict())
+    assert json.loads(path.read_text())["tbt"]["p50"] is None
 
 
 def test_unfinished_request_is_an_error() -> None:

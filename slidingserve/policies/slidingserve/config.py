@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from slidingserve.core.checks import require_int
+
 Sorter = Literal["mlps", "edf"]
 Chunker = Literal["paper", "window", "fixed"]
 
@@ -40,19 +42,24 @@ class SlidingServeConfig:
             raise ValueError(f"unknown sorter {self.sorter!r}; known: {', '.join(SORTERS)}")
         if self.chunker not in CHUNKERS:
             raise ValueError(f"unknown chunker {self.chunker!r}; known: {', '.join(CHUNKERS)}")
-        if not 1 <= self.window <= 4:
+        require_int("window", self.window)
+        if self.window > 4:
             raise ValueError(f"window must be 1, 2, 3 or 4, got {self.window}")
-        if self.max_batch_tokens is not None and self.max_batch_tokens < 1:
-            raise ValueError(f"max_batch_tokens must be at least 1, got {self.max_batch_tokens}")
+        if self.max_batch_tokens is not None:
+            require_int("max_batch_tokens", self.max_batch_tokens)
         _check_positive("alpha", self.alpha)
         _check_positive("epsilon", self.epsilon)
-        if not 0 <= self.throughput_decay < 1:
+        if isinstance(self.throughput_decay, bool) or not 0 <= self.throughput_decay < 1:
             raise ValueError(f"throughput_decay must be in [0, 1), got {self.throughput_decay}")
         for name in ("max_anchors", "max_knapsack_items", "knapsack_quantum", "verify_rounds"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+            require_int(name, getattr(self, name))
+        for name in ("batch_constructor", "leftover_fill", "record_decisions"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
 
 def _check_positive(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, got {value!r}")
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be positive and finite, got {value!r}")
