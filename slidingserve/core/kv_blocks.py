@@ -30,6 +30,7 @@ class KVBlockManager:
         self._held: dict[str, int] = {}
 
     def held(self, request: Request) -> int:
+        """Blocks `request` holds now."""
         return self._held.get(request.request_id, 0)
 
     def extra_blocks(self, request: Request, new_tokens: int) -> int:
@@ -38,6 +39,7 @@ class KVBlockManager:
         return max(0, needed - self.held(request))
 
     def can_grow(self, request: Request, new_tokens: int) -> bool:
+        """Whether the free blocks can hold `new_tokens` more tokens of `request`."""
         return self.extra_blocks(request, new_tokens) <= self.num_free
 
     def grow(self, request: Request, new_tokens: int) -> None:

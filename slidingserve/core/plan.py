@@ -20,6 +20,8 @@ class InvalidPlanError(ValueError):
 
 
 class ScheduledChunk(NamedTuple):
+    """One entry of a plan."""
+
     request: Request
     tokens: int  # tokens computed for this request in the iteration (1 for a decode)
 
@@ -109,6 +111,15 @@ class PlanBuilder:
         return tokens
 
     def add_decodes(self, requests: Iterable[Request]) -> None:
+        """One token for each decode (all of `view.decoding` at once when they fit)."""
+        decoding = self._view.decoding
+        if requests is decoding and len(decoding) <= min(self.seats_left, self.tokens_left):
+            self.chunks.extend(ScheduledChunk(request, 1) for request in decoding)
+            self.blocks_left -= self._reserved  # the engine made room: the reserve is free
+            self._reserved = 0
+            self.seats_left -= len(decoding)
+            self.tokens_left -= len(decoding)
+            return
         for request in requests:
             self.add(request, 1)
 

@@ -24,6 +24,8 @@ from slidingserve.sim.workloads import WorkloadConfig, sample_workload
 
 @dataclass(frozen=True, slots=True)
 class CapacityBound:
+    """The throughput no scheduler sustains beyond, and what it is made of."""
+
     rate: float  # requests per second no scheduler can sustain beyond
     seconds_per_request: float  # mean least GPU-seconds per request
     token_seconds: float  # least non-attention seconds per token

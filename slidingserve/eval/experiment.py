@@ -117,12 +117,14 @@ class GoodputRow:
 
 @dataclass(frozen=True, slots=True)
 class CurvePoint:
+    """One point of a violation-rate curve (first seed)."""
+
     policy: str
     workload: str
     rate: float  # req/s
-    violation_rate: float  # fraction of requests
-    ttft_violation_rate: float
-    tbt_violation_rate: float
+    violation_rate: float  # fraction of requests with any late token
+    ttft_violation_rate: float  # fraction with a late first token
+    tbt_violation_rate: float  # fraction with a late later token
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,16 @@ from typing import NamedTuple
 
 
 class Probe(NamedTuple):
+    """One simulated rate and its outcome."""
+
     rate: float  # requests per second
     violation_rate: float  # fraction of requests that violated their SLO
 
 
 @dataclass(frozen=True, slots=True)
 class SearchSettings:
+    """When a rate passes and how finely the search brackets the goodput."""
+
     threshold: float = 0.01  # most violating fraction that still counts as meeting SLOs
     precision: float = 0.02  # stop when (hi − lo) / lo ≤ precision
     min_rate: float = 1e-3  # below this the SLOs are called unachievable (goodput 0)

@@ -27,13 +27,19 @@ POLICIES: dict[str, type[Policy]] = {
 }
 
 
+LABEL_SEPARATOR = "#"
+"""`slidingserve#w2` is the policy `slidingserve` under the label `w2`: an experiment can
+compare several configurations of one policy, each with its own options."""
+
+
 def get_policy_class(name: str) -> type[Policy]:
-    """The policy class registered as `name`; a clear error for an unknown name."""
+    """The policy class registered as `name` (label ignored); a clear error if unknown."""
+    base = name.split(LABEL_SEPARATOR, 1)[0]
     try:
-        return POLICIES[name]
+        return POLICIES[base]
     except KeyError:
         known = ", ".join(sorted(POLICIES))
-        raise ValueError(f"unknown policy {name!r}; known policies: {known}") from None
+        raise ValueError(f"unknown policy {base!r}; known policies: {known}") from None
 
 
 def make_policy(

@@ -57,6 +57,7 @@ class Policy(ABC):
     def from_options(
         cls, context: PolicyContext, options: Mapping[str, Any] | None = None
     ) -> Policy:
+        """Build the policy from plain options (its config's fields); unknown keys fail."""
         return cls(build_config(cls.config_type, options or {}, cls.name), context)
 
     @abstractmethod

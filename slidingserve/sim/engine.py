@@ -59,6 +59,8 @@ class SchedulingStallError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class SimulatorOptions:
+    """How the simulated engine runs (its limits and its bookkeeping)."""
+
     limits: EngineLimits = EngineLimits()
     fast_forward: bool = True  # vectorise decode-only stretches (exact up to float rounding)
     validate_plans: bool = True  # check every plan against the engine limits

@@ -46,3 +46,19 @@ def test_unknown_names_fail_before_any_run() -> None:
         GoodputExperiment(workloads=("chat",))
     with pytest.raises(ValueError, match="options given for policies not in the run"):
         GoodputExperiment(policies=("vllm",), policy_options={"sarathi": {"chunk_size": 64}})
+
+
+def test_labelled_configurations_of_one_policy_are_compared_side_by_side() -> None:
+    experiment = GoodputExperiment(
+        policies=("sarathi", "sarathi#tiny"),
+        workloads=("sharegpt",),
+        seeds=(0,),
+        num_requests=60,
+        policy_options={"sarathi#tiny": {"chunk_size": 32}},
+        search=SearchSettings(precision=0.1),
+        curve_points=0,
+        jobs=1,
+    )
+    rows = {row.policy: row for row in run_experiment(experiment).rows}
+    # 32-token chunks take a 2,000-token prompt over 60 iterations: far lower goodput.
+    assert rows["sarathi#tiny"].goodput_mean < 0.5 * rows["sarathi"].goodput_mean

@@ -31,10 +31,15 @@ class QueueTimes:
         self.profile = profile
         self.max_tokens = max_tokens
         self.max_prefill = max(0, min(profile.capacity, max_tokens - profile.num_decodes))
+        self._times: dict[int, float] = {}  # f is asked for the same p many times
 
     def time_of(self, prefill_tokens: int) -> float:
         """f(p), seconds."""
-        return predicted_time_at(self.model, self.profile, prefill_tokens)
+        seconds = self._times.get(prefill_tokens)
+        if seconds is None:
+            seconds = predicted_time_at(self.model, self.profile, prefill_tokens)
+            self._times[prefill_tokens] = seconds
+        return seconds
 
     def tokens_within(self, seconds: float) -> int | None:
         """G(t): most prefill tokens predicted within `seconds`; None if decodes alone exceed."""
@@ -61,8 +66,10 @@ def paper_chunk(times: QueueTimes, horizons: Sequence[float]) -> ChunkChoice:
     total = now_tokens if both is None else both
     if total <= 1:
         return ChunkChoice(min(total, now_tokens), "paper")
-    split = ternary_argmin(lambda b: times.time_of(b) + times.time_of(total - b), 1, total - 1)
-    return ChunkChoice(min(max(split, total - split), now_tokens), "paper")
+    # Symmetric in b and total − b: search the half where the current batch is the larger.
+    half = -(-total // 2)
+    split = ternary_argmin(lambda b: times.time_of(b) + times.time_of(total - b), half, total - 1)
+    return ChunkChoice(min(split, now_tokens), "paper")
 
 
 def window_chunk(times: QueueTimes, horizons: Sequence[float]) -> ChunkChoice:
@@ -137,12 +144,26 @@ def _coordinate_search(
 
 
 def ternary_argmin(function: Callable[[int], float], lo: int, hi: int) -> int:
-    """An integer minimiser of a unimodal `function` on [lo, hi] (smallest on ties)."""
-    while hi - lo > 2:
-        third = (hi - lo) // 3
-        left, right = lo + third, hi - third
-        if function(left) <= function(right):
+    """An integer minimiser of a unimodal `function` on [lo, hi] (smallest on ties).
+
+    Golden-section search: one new evaluation per step (memoised), the bracket shrinking
+    by 0.618 each time, then a scan of the last few points.
+    """
+    memo: dict[int, float] = {}
+
+    def value(b: int) -> float:
+        if b not in memo:
+            memo[b] = function(b)
+        return memo[b]
+
+    while hi - lo > 4:
+        left = hi - round(_GOLDEN * (hi - lo))
+        right = lo + round(_GOLDEN * (hi - lo))
+        if value(left) <= value(right):
             hi = right
         else:
             lo = left
-    return min(range(lo, hi + 1), key=lambda b: (function(b), b))
+    return min(range(lo, hi + 1), key=lambda b: (value(b), b))
+
+
+_GOLDEN = (5**0.5 - 1) / 2
