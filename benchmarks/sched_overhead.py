@@ -35,7 +35,8 @@ def random_view(size: int, limits: EngineLimits, rng: np.random.Generator) -> Sc
         WorkloadConfig("sharegpt", size), 1.0, int(rng.integers(1 << 30)), 8192
     )
     kv = KVBlockManager(10_000_000, limits.block_size)
-    waiting, running = [], []
+    waiting: list[Request] = []
+    running: list[Request] = []
     for i in range(size):
         prompt, output = int(sample.prompt_lens[i]), max(2, int(sample.output_lens[i]))
         if i % 2 == 0:
