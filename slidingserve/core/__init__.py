@@ -5,7 +5,7 @@ Nothing here imports torch, the simulator or vLLM: both engines drive policies t
 
 from __future__ import annotations
 
-from slidingserve.core.batch import BatchShape
+from slidingserve.core.batch import BatchShape, TimedBatch
 from slidingserve.core.kv_blocks import KVBlockManager, blocks_for_tokens
 from slidingserve.core.plan import (
     InvalidPlanError,
@@ -29,6 +29,7 @@ __all__ = [
     "Request",
     "ScheduledChunk",
     "SchedulerView",
+    "TimedBatch",
     "blocks_for_tokens",
     "validate_plan",
 ]

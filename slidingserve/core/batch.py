@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from slidingserve.core.request import Phase
 
@@ -50,3 +50,10 @@ class BatchShape:
             else:
                 prefills.append((tokens, request.num_computed))
         return cls(tuple(decodes), tuple(prefills))
+
+
+class TimedBatch(NamedTuple):
+    """A batch and how long it took on the engine's GPU: a profiling sample."""
+
+    shape: BatchShape
+    seconds: float  # measured (or ground-truth) iteration time

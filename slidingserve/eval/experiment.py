@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from slidingserve.core.view import EngineLimits
 from slidingserve.eval.capacity import CapacityBound, capacity_bound
@@ -22,12 +22,9 @@ from slidingserve.eval.goodput import GoodputEstimate, SearchSettings, search_go
 from slidingserve.policies import get_policy_class
 from slidingserve.sim.hardware import HardwareConfig
 from slidingserve.sim.metrics import TbtReading
-from slidingserve.sim.profiling import profile_ground_truth
-from slidingserve.sim.runner import SimulationSpec, simulate
+from slidingserve.sim.profiling import Calibration, calibrate
+from slidingserve.sim.runner import SimulationSpec, needs_calibration, simulate
 from slidingserve.sim.workloads import ArrivalConfig, WorkloadConfig, get_workload
-
-if TYPE_CHECKING:
-    from slidingserve.predictor import LatencyModel
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -80,7 +77,7 @@ class GoodputExperiment:
         )
 
     def spec(
-        self, policy: str, workload: str, predictor: LatencyModel | None = None
+        self, policy: str, workload: str, calibration: Calibration | None = None
     ) -> SimulationSpec:
         return SimulationSpec(
             policy,
@@ -89,7 +86,7 @@ class GoodputExperiment:
             self.limits,
             dict(self.policy_options.get(policy, {})),
             self.tbt_reading,
-            predictor,
+            calibration,
         )
 
     @property
@@ -185,15 +182,15 @@ def run_experiment(
         for policy in experiment.policies
         for seed in experiment.seeds
     ]
-    predictor = _shared_predictor(experiment)
+    calibration = _shared_calibration(experiment)
     tasks = [
-        _SearchTask(experiment.spec(p, w, predictor), s, 0.5 * bounds[w].rate, experiment.search)
+        _SearchTask(experiment.spec(p, w, calibration), s, 0.5 * bounds[w].rate, experiment.search)
         for p, w, s in keys
     ]
     with _executor(experiment.worker_count) as pool:
         estimates = _map(pool, _run_search, tasks, progress)
         rows = _rows(experiment, bounds, dict(zip(keys, estimates, strict=True)))
-        curve_tasks = _curve_tasks(experiment, rows, predictor)
+        curve_tasks = _curve_tasks(experiment, rows, calibration)
         curve = _map(pool, _run_curve_point, curve_tasks, progress)
     return ExperimentResult(experiment, bounds, rows, curve)
 
@@ -230,15 +227,15 @@ def _rows(
     return rows
 
 
-def _shared_predictor(experiment: GoodputExperiment) -> LatencyModel | None:
-    """One predictor fitted to the simulated GPU for every policy that needs one."""
-    if not any(get_policy_class(name).needs_predictor for name in experiment.policies):
+def _shared_calibration(experiment: GoodputExperiment) -> Calibration | None:
+    """One calibration of the simulated GPU for every policy that needs one."""
+    if not any(needs_calibration(name) for name in experiment.policies):
         return None
-    return profile_ground_truth(experiment.hardware, experiment.limits).predictor
+    return calibrate(experiment.hardware, experiment.limits)
 
 
 def _curve_tasks(
-    experiment: GoodputExperiment, rows: list[GoodputRow], predictor: LatencyModel | None
+    experiment: GoodputExperiment, rows: list[GoodputRow], calibration: Calibration | None
 ) -> list[_CurveTask]:
     """A common grid per workload, from 0.225× to 1.5× the best goodput found (or up to half
     the capacity bound when no policy met the SLOs at any rate)."""
@@ -250,7 +247,7 @@ def _curve_tasks(
         top = 1.5 * best if best > 0 else 0.5 * mine[0].capacity_bound
         rates = [top * (0.15 + 0.85 * i / max(1, points - 1)) for i in range(points)]
         for policy in experiment.policies:
-            spec = experiment.spec(policy, workload, predictor)
+            spec = experiment.spec(policy, workload, calibration)
             tasks += [_CurveTask(spec, experiment.seeds[0], rate) for rate in rates]
     return tasks
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
-    from slidingserve.core.batch import BatchShape
+    from slidingserve.core.batch import BatchShape, TimedBatch
     from slidingserve.core.plan import Plan
     from slidingserve.core.view import EngineLimits, SchedulerView
     from slidingserve.predictor import LatencyModel
@@ -36,6 +36,7 @@ class PolicyContext:
 
     limits: EngineLimits
     predictor: LatencyModel | None = None  # batch-time model, for policies that plan
+    profile: Sequence[TimedBatch] = ()  # timed batches, for policies that fit their own model
 
 
 class Policy(ABC):
@@ -48,6 +49,7 @@ class Policy(ABC):
     name: ClassVar[str]
     config_type: ClassVar[type[Any]]
     needs_predictor: ClassVar[bool] = False  # True: the context must carry a predictor
+    needs_profile: ClassVar[bool] = False  # True: the context must carry timed batches
 
     def __init__(self, config: Any, context: PolicyContext) -> None:
         self.config = config

@@ -1,25 +1,43 @@
-"""Fit the batch-latency predictor to the simulated GPU, as a profiler would on a real one."""
+"""Calibrate on the simulated GPU, as a profiler would on a real one: time random batches,
+fit the batch-latency predictor, and hand both to the policies that need them."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from slidingserve.core.batch import TimedBatch
 from slidingserve.core.view import EngineLimits
-from slidingserve.predictor import FitResult, Sample, fit_predictor, random_batch_shapes
+from slidingserve.predictor import (
+    BatchLatencyPredictor,
+    FitResult,
+    Sample,
+    fit_predictor,
+    random_batch_shapes,
+)
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
 
+DEFAULT_SAMPLES = 4000
 
-def profile_ground_truth(
+
+@dataclass(frozen=True)
+class Calibration:
+    """Timed batches of one GPU and the predictor fitted to them."""
+
+    batches: tuple[TimedBatch, ...]
+    predictor: BatchLatencyPredictor
+
+
+def profile_batches(
     hardware: HardwareConfig,
     limits: EngineLimits,
-    num_samples: int = 4000,
+    num_samples: int = DEFAULT_SAMPLES,
     seed: int = 0,
-    validation_fraction: float = 0.25,
-) -> FitResult:
-    """Time `num_samples` random batches on the ground truth (with its noise) and fit.
+) -> list[TimedBatch]:
+    """Time `num_samples` random batches on the ground truth, noise included.
 
-    The batches respect the engine's limits and the model's context; the fit's validation
-    report is measured on held-out batches.
+    The batches respect the engine's limits and the model's context length.
     """
     if num_samples < 50:
         raise ValueError(f"need at least 50 samples to fit and validate, got {num_samples}")
@@ -31,8 +49,33 @@ def profile_ground_truth(
         max_context=load_model(hardware.model).max_model_len,
         max_decodes=min(limits.max_num_seqs, limits.max_num_batched_tokens),
     )
-    samples = [Sample.from_shape(shape, latency.sample_time(shape)) for shape in shapes]
+    return [TimedBatch(shape, latency.sample_time(shape)) for shape in shapes]
+
+
+def fit_batches(
+    batches: list[TimedBatch], seed: int = 0, validation_fraction: float = 0.25
+) -> FitResult:
+    """Fit the predictor; its validation report is measured on held-out batches."""
+    samples = [Sample.from_shape(batch.shape, batch.seconds) for batch in batches]
     return fit_predictor(samples, validation_fraction, seed)
+
+
+def profile_ground_truth(
+    hardware: HardwareConfig,
+    limits: EngineLimits,
+    num_samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+    validation_fraction: float = 0.25,
+) -> FitResult:
+    """Profile the simulated GPU and fit the predictor to it."""
+    batches = profile_batches(hardware, limits, num_samples, seed)
+    return fit_batches(batches, seed, validation_fraction)
+
+
+def calibrate(hardware: HardwareConfig, limits: EngineLimits, seed: int = 0) -> Calibration:
+    """The timed batches and the fitted predictor, for every policy of a run to share."""
+    batches = profile_batches(hardware, limits, seed=seed)
+    return Calibration(tuple(batches), fit_batches(batches, seed).predictor)
 
 
 def hardware_label(hardware: HardwareConfig) -> str:

@@ -7,19 +7,15 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from slidingserve.core.view import EngineLimits
 from slidingserve.policies import PolicyContext, get_policy_class
 from slidingserve.sim.engine import Simulator, SimulatorOptions
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
 from slidingserve.sim.metrics import RunMetrics, TbtReading, compute_metrics
-from slidingserve.sim.profiling import profile_ground_truth
+from slidingserve.sim.profiling import Calibration, calibrate
 from slidingserve.sim.workloads import WorkloadConfig, generate_requests
-
-if TYPE_CHECKING:
-    from slidingserve.predictor import LatencyModel
-
 
 MIN_RATE = 1e-4
 """Slowest rate simulated, req/s: below it arrival times swamp the latencies in float64."""
@@ -35,7 +31,7 @@ class SimulationSpec:
     limits: EngineLimits = field(default_factory=EngineLimits)
     policy_options: Mapping[str, Any] = field(default_factory=dict)  # the policy's config
     tbt_reading: TbtReading = TbtReading.CUMULATIVE
-    predictor: LatencyModel | None = None  # for policies that need one; None: fit one
+    calibration: Calibration | None = None  # shared by runs; None: calibrate if needed
 
     def __post_init__(self) -> None:
         get_policy_class(self.policy)  # unknown names fail here, before any run
@@ -83,16 +79,24 @@ class SimulationResult:
         return row
 
 
-def predictor_for(spec: SimulationSpec) -> LatencyModel | None:
-    """The spec's predictor, or one fitted to its GPU if its policy needs one and has none."""
-    if spec.predictor is not None or not get_policy_class(spec.policy).needs_predictor:
-        return spec.predictor
-    return profile_ground_truth(spec.hardware, spec.limits).predictor
+def needs_calibration(policy: str) -> bool:
+    policy_class = get_policy_class(policy)
+    return policy_class.needs_predictor or policy_class.needs_profile
 
 
-def with_predictor(spec: SimulationSpec) -> SimulationSpec:
-    """`spec` carrying its predictor, so that many runs share one fit."""
-    return dataclasses.replace(spec, predictor=predictor_for(spec))
+def calibrated(spec: SimulationSpec) -> SimulationSpec:
+    """`spec` carrying a calibration if its policy needs one, so that many runs share it."""
+    if spec.calibration is not None or not needs_calibration(spec.policy):
+        return spec
+    return dataclasses.replace(spec, calibration=calibrate(spec.hardware, spec.limits))
+
+
+def policy_context(spec: SimulationSpec) -> PolicyContext:
+    """What the policy of `spec` is built with (calibrating first if it needs it)."""
+    calibration = calibrated(spec).calibration
+    if calibration is None:
+        return PolicyContext(spec.limits)
+    return PolicyContext(spec.limits, calibration.predictor, calibration.batches)
 
 
 def simulate(spec: SimulationSpec, rate: float, seed: int) -> SimulationResult:
@@ -102,9 +106,7 @@ def simulate(spec: SimulationSpec, rate: float, seed: int) -> SimulationResult:
     started = time.perf_counter()
     requests = generate_requests(spec.workload, rate, seed, spec.max_model_len)
     latency = GroundTruthLatency(spec.hardware, seed)
-    policy = get_policy_class(spec.policy).from_options(
-        PolicyContext(spec.limits, predictor_for(spec)), spec.policy_options
-    )
+    policy = get_policy_class(spec.policy).from_options(policy_context(spec), spec.policy_options)
     simulator = Simulator(
         policy,
         latency,
