@@ -43,6 +43,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--slo-scale", type=float, help="multiply every SLO target")
     group.add_argument("--trace-dir", help="read request lengths from these trace CSVs")
     group.add_argument("--tbt-reading", help="TBT violations: cumulative or per-gap")
+    group.add_argument("--tiers", help="SLO tier preset (premium-standard, interactive-batch)")
     group.add_argument(
         "--set",
         action="append",
@@ -74,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     goodput.add_argument("--seeds", type=int, help="number of seeds (default 3)")
     goodput.add_argument("--threshold", type=float, help="violating fraction allowed (0.01)")
     goodput.add_argument("--precision", type=float, help="relative precision (0.02)")
+    goodput.add_argument(
+        "--criteria",
+        type=_comma_list,
+        help="who must meet SLOs: overall, worst-tier, tier:NAME (comma list; overall)",
+    )
     goodput.add_argument("--curve-points", type=int, help="rates per violation curve (8)")
     goodput.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
     goodput.add_argument("--out-dir", type=Path, default=Path("results/goodput"))

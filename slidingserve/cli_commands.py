@@ -16,6 +16,7 @@ from slidingserve.eval.report import (
     goodput_rows,
     goodput_table,
     simulation_table,
+    tier_table,
     write_csv,
     write_json,
 )
@@ -48,6 +49,7 @@ def settings_from(args: argparse.Namespace) -> cfg.Settings:
         slo_scale=args.slo_scale,
         trace_dir=args.trace_dir,
         tbt_reading=args.tbt_reading,
+        tiers=args.tiers,
     )
     cfg.parse_assignments(args.set, settings)
     return settings
@@ -83,6 +85,10 @@ def run_simulate(args: argparse.Namespace) -> int:
     ]
     results = [simulate(spec, rate, args.seed) for spec in specs for rate in args.rate]
     print(simulation_table(results))
+    tiered = [result for result in results if result.tiers]
+    if tiered:
+        print("\nBy SLO tier:")
+        print(tier_table(tiered))
     if args.out:
         _write_results(args.out, [result.to_row() for result in results])
     return 0
@@ -107,6 +113,7 @@ def experiment_from(args: argparse.Namespace, settings: cfg.Settings) -> Goodput
         precision=args.precision,
         curve_points=args.curve_points,
         jobs=args.jobs,
+        criteria=args.criteria,
     )
     table = settings["goodput"]
     defaults = GoodputExperiment()
@@ -123,6 +130,8 @@ def experiment_from(args: argparse.Namespace, settings: cfg.Settings) -> Goodput
         slo_scale=workload.get("slo_scale", defaults.slo_scale),
         trace_dir=workload.get("trace_dir"),
         tbt_reading=cfg.tbt_reading(settings),
+        tiers=cfg.tier_mix(settings),
+        criteria=tuple(table.get("criteria", defaults.criteria)),
         hardware=cfg.hardware_config(settings),
         limits=cfg.engine_limits(settings),
         policy_options=cfg.policy_options(settings, policies),
@@ -151,9 +160,11 @@ def run_goodput(args: argparse.Namespace) -> int:
         result = run_experiment(experiment, bar.update)
     print(
         f"\nGoodput, req/s (mean ± std over seeds; share of the capacity bound)\n"
-        f"{describe_setup(result)}\n"
+        f"{describe_setup(result)}"
     )
-    print(goodput_table(result))
+    for criterion in experiment.criteria:
+        print(f"\nrequests that must meet their SLO: {criterion}")
+        print(goodput_table(result, criterion))
     out: Path = args.out_dir
     write_json(out / "goodput.json", experiment_payload(result))
     write_csv(out / "goodput.csv", goodput_rows(result))

@@ -23,7 +23,14 @@ from slidingserve.eval.goodput import SearchSettings
 from slidingserve.policies import get_policy_class
 from slidingserve.sim.hardware import HardwareConfig
 from slidingserve.sim.metrics import TbtReading
-from slidingserve.sim.workloads import ArrivalConfig, OverloadWindow, WorkloadConfig
+from slidingserve.sim.workloads import (
+    ArrivalConfig,
+    OverloadWindow,
+    Tier,
+    TierMix,
+    WorkloadConfig,
+    get_tier_mix,
+)
 
 Settings = dict[str, dict[str, Any]]
 SECTIONS = ("hardware", "engine", "workload", "goodput", "policies")
@@ -74,6 +81,8 @@ def engine_limits(settings: Settings) -> EngineLimits:
 
 WORKLOAD_KEYS = (
     "requests",
+    "tiers",
+    "tier_assignment",
     "arrival",
     "burstiness",
     "overload",
@@ -96,6 +105,24 @@ def arrival_config(settings: Settings) -> ArrivalConfig:
     return ArrivalConfig(table.get("arrival", "poisson"), table.get("burstiness", 1.0), window)
 
 
+def tier_mix(settings: Settings) -> TierMix | None:
+    """SLO tiers: a preset name, or a list of tier tables (name, weight, ttft_factor,
+    tbt_factor, protected, ttft, tbt), dealt by `tier_assignment` ("random" or "fixed")."""
+    table = _take(settings["workload"], "workload", WORKLOAD_KEYS)
+    tiers = table.get("tiers")
+    if tiers is None:
+        return None
+    if isinstance(tiers, str):
+        return get_tier_mix(tiers)
+    if not isinstance(tiers, list) or not all(isinstance(t, dict) for t in tiers):
+        raise ValueError(f"[workload] tiers must be a preset name or a list of tables: {tiers!r}")
+    keys = ("name", "weight", "ttft_factor", "tbt_factor", "protected", "ttft", "tbt")
+    return TierMix(
+        tuple(Tier(**_take(t, "workload.tiers", keys)) for t in tiers),
+        table.get("tier_assignment", "random"),
+    )
+
+
 def tbt_reading(settings: Settings) -> TbtReading:
     value = settings["workload"].get("tbt_reading", TbtReading.CUMULATIVE.value)
     try:
@@ -107,6 +134,7 @@ def tbt_reading(settings: Settings) -> TbtReading:
 
 GOODPUT_KEYS = (
     "policies",
+    "criteria",
     "workloads",
     "seeds",
     "threshold",
@@ -147,6 +175,7 @@ def workload_config(settings: Settings, name: str, default_requests: int) -> Wor
         table.get("slo", "strict"),
         table.get("slo_scale", 1.0),
         Path(trace_dir) if trace_dir else None,
+        tiers=tier_mix(settings),
     )
 
 

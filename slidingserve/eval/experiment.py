@@ -8,6 +8,7 @@ violation-rate curve over a common grid of rates is measured for the plot.
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 from collections.abc import Callable, Iterable, Mapping
@@ -23,8 +24,17 @@ from slidingserve.policies import get_policy_class
 from slidingserve.sim.hardware import HardwareConfig
 from slidingserve.sim.metrics import TbtReading
 from slidingserve.sim.profiling import Calibration, calibrate
-from slidingserve.sim.runner import SimulationSpec, needs_calibration, simulate
-from slidingserve.sim.workloads import ArrivalConfig, WorkloadConfig, get_workload
+from slidingserve.sim.runner import (
+    OVERALL,
+    TIER_PREFIX,
+    WORST_TIER,
+    SimulationResult,
+    SimulationSpec,
+    needs_calibration,
+    simulate,
+    violation_for,
+)
+from slidingserve.sim.workloads import ArrivalConfig, TierMix, WorkloadConfig, get_workload
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -45,6 +55,8 @@ class GoodputExperiment:
     slo_scale: float = 1.0
     trace_dir: str | None = None  # None: embedded length tables
     tbt_reading: TbtReading = TbtReading.CUMULATIVE  # how TBT violations are counted
+    tiers: TierMix | None = None  # SLO tiers of every workload
+    criteria: tuple[str, ...] = (OVERALL,)  # what must stay ≤ threshold: see violation_for
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     limits: EngineLimits = field(default_factory=EngineLimits)
     policy_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -63,6 +75,16 @@ class GoodputExperiment:
         if unknown:
             raise ValueError(f"options given for policies not in the run: {', '.join(unknown)}")
         self.workload_config(self.workloads[0])  # validates SLO preset, counts, trace dir
+        if not self.criteria:
+            raise ValueError("need at least one goodput criterion")
+        tier_names = self.tiers.names if self.tiers else ()
+        for criterion in self.criteria:
+            known = [OVERALL, *([WORST_TIER] if tier_names else [])]
+            known += [TIER_PREFIX + name for name in tier_names]
+            if criterion not in known:
+                raise ValueError(
+                    f"unknown goodput criterion {criterion!r}; known here: {', '.join(known)}"
+                )
         if self.curve_points < 0 or self.jobs < 0:
             raise ValueError("curve_points and jobs must be non-negative")
 
@@ -74,6 +96,7 @@ class GoodputExperiment:
             self.slo_preset,
             self.slo_scale,
             Path(self.trace_dir) if self.trace_dir else None,
+            tiers=self.tiers,
         )
 
     def spec(
@@ -96,10 +119,11 @@ class GoodputExperiment:
 
 @dataclass(frozen=True, slots=True)
 class GoodputRow:
-    """Goodput of one policy on one workload, over the seeds."""
+    """Goodput of one policy on one workload under one criterion, over the seeds."""
 
     policy: str
     workload: str
+    criterion: str  # which requests must meet their SLO: see runner.violation_for
     goodput_mean: float  # req/s
     goodput_std: float  # req/s, sample standard deviation over seeds (0 for one seed)
     interpolated_mean: float  # req/s, QoServe-style interpolation
@@ -138,13 +162,26 @@ class _SearchTask:
     seed: int
     initial_rate: float
     settings: SearchSettings
+    criteria: tuple[str, ...]
 
 
-def _run_search(task: _SearchTask) -> GoodputEstimate:
-    def violation_at(rate: float) -> float:
-        return simulate(task.spec, rate, task.seed).metrics.violation_rate
+def _run_search(task: _SearchTask) -> dict[str, GoodputEstimate]:
+    """One search per criterion; they share the simulations of the rates they both try."""
+    runs: dict[float, SimulationResult] = {}
 
-    return search_goodput(violation_at, task.initial_rate, task.settings)
+    def result_at(rate: float) -> SimulationResult:
+        if rate not in runs:
+            runs[rate] = simulate(task.spec, rate, task.seed)
+        return runs[rate]
+
+    return {
+        criterion: search_goodput(
+            lambda rate, c=criterion: violation_for(result_at(rate), c),  # type: ignore[misc]
+            task.initial_rate,
+            task.settings,
+        )
+        for criterion in task.criteria
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +221,13 @@ def run_experiment(
     ]
     calibration = _shared_calibration(experiment)
     tasks = [
-        _SearchTask(experiment.spec(p, w, calibration), s, 0.5 * bounds[w].rate, experiment.search)
+        _SearchTask(
+            experiment.spec(p, w, calibration),
+            s,
+            0.5 * bounds[w].rate,
+            experiment.search,
+            experiment.criteria,
+        )
         for p, w, s in keys
     ]
     with _executor(experiment.worker_count) as pool:
@@ -205,26 +248,36 @@ def task_count(experiment: GoodputExperiment) -> int:
 def _rows(
     experiment: GoodputExperiment,
     bounds: Mapping[str, CapacityBound],
-    estimates: Mapping[tuple[str, str, int], GoodputEstimate],
+    estimates: Mapping[tuple[str, str, int], dict[str, GoodputEstimate]],
 ) -> list[GoodputRow]:
     rows = []
-    for workload in experiment.workloads:
-        for policy in experiment.policies:
-            found = [estimates[policy, workload, seed] for seed in experiment.seeds]
-            values = tuple(e.goodput for e in found)
-            rows.append(
-                GoodputRow(
-                    policy=policy,
-                    workload=workload,
-                    goodput_mean=statistics.fmean(values),
-                    goodput_std=statistics.stdev(values) if len(values) > 1 else 0.0,
-                    interpolated_mean=statistics.fmean(e.interpolated for e in found),
-                    per_seed=values,
-                    capacity_bound=bounds[workload].rate,
-                    trials=sum(len(e.probes) for e in found),
-                )
-            )
+    for criterion, workload, policy in itertools.product(
+        experiment.criteria, experiment.workloads, experiment.policies
+    ):
+        found = [estimates[policy, workload, seed][criterion] for seed in experiment.seeds]
+        rows.append(_row(policy, workload, criterion, found, bounds[workload]))
     return rows
+
+
+def _row(
+    policy: str,
+    workload: str,
+    criterion: str,
+    found: list[GoodputEstimate],
+    bound: CapacityBound,
+) -> GoodputRow:
+    values = tuple(e.goodput for e in found)
+    return GoodputRow(
+        policy=policy,
+        workload=workload,
+        criterion=criterion,
+        goodput_mean=statistics.fmean(values),
+        goodput_std=statistics.stdev(values) if len(values) > 1 else 0.0,
+        interpolated_mean=statistics.fmean(e.interpolated for e in found),
+        per_seed=values,
+        capacity_bound=bound.rate,
+        trials=sum(len(e.probes) for e in found),
+    )
 
 
 def _shared_calibration(experiment: GoodputExperiment) -> Calibration | None:
@@ -242,7 +295,7 @@ def _curve_tasks(
     tasks = []
     points = experiment.curve_points
     for workload in experiment.workloads:
-        mine = [r for r in rows if r.workload == workload]
+        mine = [r for r in rows if r.workload == workload and r.criterion == experiment.criteria[0]]
         best = max(r.goodput_mean for r in mine)
         top = 1.5 * best if best > 0 else 0.5 * mine[0].capacity_bound
         rates = [top * (0.15 + 0.85 * i / max(1, points - 1)) for i in range(points)]

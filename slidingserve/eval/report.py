@@ -28,15 +28,21 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(header), rule, *(line(row) for row in rows)])
 
 
-def goodput_table(result: ExperimentResult) -> str:
-    """Workloads down, policies across: mean ± std goodput (req/s) and its share of the bound."""
+def goodput_table(result: ExperimentResult, criterion: str | None = None) -> str:
+    """Workloads down, policies across: mean ± std goodput (req/s) and its share of the bound,
+    under `criterion` (default: the experiment's first)."""
     experiment = result.experiment
+    criterion = criterion or experiment.criteria[0]
     header = ["workload", "bound", *experiment.policies]
     rows = []
     for workload in experiment.workloads:
         cells = [workload, f"{result.bounds[workload].rate:.2f}"]
         for policy in experiment.policies:
-            row = next(r for r in result.rows if r.policy == policy and r.workload == workload)
+            row = next(
+                r
+                for r in result.rows
+                if r.policy == policy and r.workload == workload and r.criterion == criterion
+            )
             cells.append(
                 f"{row.goodput_mean:.2f} ± {row.goodput_std:.2f} ({row.fraction_of_bound:.0%})"
             )
@@ -46,9 +52,10 @@ def goodput_table(result: ExperimentResult) -> str:
 
 def describe_setup(result: ExperimentResult) -> str:
     e = result.experiment
+    tiers = f", tiers {'/'.join(e.tiers.names)}" if e.tiers else ""
     return (
         f"{e.hardware.gpu} {e.hardware.model} TP{e.hardware.tp}, {e.slo_preset} SLOs "
-        f"(scale {e.slo_scale:g}), {e.arrival.process} arrivals, {e.num_requests} requests "
+        f"(scale {e.slo_scale:g}){tiers}, {e.arrival.process} arrivals, {e.num_requests} requests "
         f"per trial, seeds {list(e.seeds)}, ≤ {e.search.threshold:.0%} violating, "
         f"precision {e.search.precision:.0%}, TBT violations read {e.tbt_reading.value}"
     )
@@ -75,6 +82,30 @@ def simulation_table(results: Sequence[SimulationResult]) -> str:
                 f"{row['output_tps']:.0f}",
             ]
         )
+    return format_table(header, rows)
+
+
+def tier_table(results: Sequence[SimulationResult]) -> str:
+    """One row per run and tier: violations and TTFT/TBT percentiles of that tier."""
+    header = ["policy", "workload", "rate", "tier", "requests", "viol%", "ttft%", "tbt%"]
+    header += ["TTFT p50/p99 ms", "TBT p99 ms"]
+    rows = []
+    for result in results:
+        for tier, m in result.tiers.items():
+            rows.append(
+                [
+                    result.policy,
+                    result.workload,
+                    f"{result.rate:.2f}",
+                    tier,
+                    str(m.num_requests),
+                    f"{100 * m.violation_rate:.1f}",
+                    f"{100 * m.ttft_violation_rate:.1f}",
+                    f"{100 * m.tbt_violation_rate:.1f}",
+                    f"{m.ttft.p50 * 1000:.0f} / {m.ttft.p99 * 1000:.0f}",
+                    f"{m.tbt.p99 * 1000:.1f}",
+                ]
+            )
     return format_table(header, rows)
 
 
@@ -121,6 +152,7 @@ def goodput_rows(result: ExperimentResult) -> list[dict[str, Any]]:
         {
             "policy": row.policy,
             "workload": row.workload,
+            "criterion": row.criterion,
             "goodput_mean": row.goodput_mean,
             "goodput_std": row.goodput_std,
             "interpolated_mean": row.interpolated_mean,

@@ -145,3 +145,14 @@ def _tbt_late(table: _TokenTable, reading: TbtReading) -> np.ndarray:
         late[1:] = np.diff(table.times) > table.tbt_slo[owner[1:]]
     late[table.starts] = False  # the first token is TTFT's business
     return np.logical_or.reduceat(late, table.starts)
+
+
+def metrics_by_tier(
+    requests: Sequence[Request], tbt_reading: TbtReading = TbtReading.CUMULATIVE
+) -> dict[str, RunMetrics]:
+    """Metrics of each SLO tier (requests without a tier are left out), by tier name."""
+    tiers: dict[str, list[Request]] = {}
+    for request in requests:
+        if request.slo.tier is not None:
+            tiers.setdefault(request.slo.tier, []).append(request)
+    return {name: compute_metrics(members, tbt_reading) for name, members in sorted(tiers.items())}

@@ -13,7 +13,7 @@ from slidingserve.core.view import EngineLimits
 from slidingserve.policies import PolicyContext, get_policy_class
 from slidingserve.sim.engine import Simulator, SimulatorOptions
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
-from slidingserve.sim.metrics import RunMetrics, TbtReading, compute_metrics
+from slidingserve.sim.metrics import RunMetrics, TbtReading, compute_metrics, metrics_by_tier
 from slidingserve.sim.profiling import Calibration, calibrate
 from slidingserve.sim.workloads import WorkloadConfig, generate_requests
 
@@ -50,6 +50,7 @@ class SimulationResult:
     rate: float  # requests per second (base rate of the arrival process)
     seed: int
     metrics: RunMetrics
+    tiers: dict[str, RunMetrics]  # per SLO tier, when the workload has tiers
     num_iterations: int
     num_preemptions: int
     wall_seconds: float  # host time the simulation took
@@ -74,6 +75,8 @@ class SimulationResult:
             stats = getattr(m, name)
             for quantile in ("p50", "p90", "p99"):
                 row[f"{name}_{quantile}_ms"] = getattr(stats, quantile) * 1000
+        for tier, metrics in self.tiers.items():
+            row[f"violation_rate[{tier}]"] = metrics.violation_rate
         row.update(iterations=self.num_iterations, preemptions=self.num_preemptions)
         row["wall_s"] = self.wall_seconds
         return row
@@ -120,7 +123,32 @@ def simulate(spec: SimulationSpec, rate: float, seed: int) -> SimulationResult:
         rate=rate,
         seed=seed,
         metrics=compute_metrics(run.requests, spec.tbt_reading),
+        tiers=metrics_by_tier(run.requests, spec.tbt_reading),
         num_iterations=run.num_iterations + run.num_fast_forwarded,
         num_preemptions=run.num_preemptions,
         wall_seconds=time.perf_counter() - started,
     )
+
+
+OVERALL = "overall"
+WORST_TIER = "worst-tier"
+TIER_PREFIX = "tier:"
+
+
+def violation_for(result: SimulationResult, criterion: str) -> float:
+    """The violating fraction a goodput criterion looks at.
+
+    "overall": all requests; "worst-tier": the worst tier's (QoServe's goodput);
+    "tier:NAME": that tier's.
+    """
+    if criterion == OVERALL:
+        return result.metrics.violation_rate
+    if not result.tiers:
+        raise ValueError(f"criterion {criterion!r} needs a workload with SLO tiers")
+    if criterion == WORST_TIER:
+        return max(metrics.violation_rate for metrics in result.tiers.values())
+    name = criterion.removeprefix(TIER_PREFIX)
+    if not criterion.startswith(TIER_PREFIX) or name not in result.tiers:
+        known = ", ".join([OVERALL, WORST_TIER, *(TIER_PREFIX + t for t in result.tiers)])
+        raise ValueError(f"unknown goodput criterion {criterion!r}; known: {known}")
+    return result.tiers[name].violation_rate

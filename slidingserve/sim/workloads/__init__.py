@@ -32,6 +32,7 @@ from slidingserve.sim.workloads.slo import (
     WORKLOAD_CLASSES,
     slo_for,
 )
+from slidingserve.sim.workloads.tiers import TIER_PRESETS, Tier, TierMix, get_tier_mix
 from slidingserve.sim.workloads.traces import LengthTable, TraceFormatError, read_trace
 from slidingserve.sim.workloads.workload import (
     WORKLOADS,
@@ -50,6 +51,7 @@ __all__ = [
     "CONVERSATIONAL",
     "SLO_PRESETS",
     "SUMMARIZATION",
+    "TIER_PRESETS",
     "TRACE_FILES",
     "WORKLOADS",
     "WORKLOAD_CLASSES",
@@ -59,6 +61,8 @@ __all__ = [
     "LengthTable",
     "OverloadWindow",
     "QuantileTable",
+    "Tier",
+    "TierMix",
     "TraceFormatError",
     "TraceLengths",
     "WorkloadConfig",
@@ -68,6 +72,7 @@ __all__ = [
     "arrival_times",
     "embedded_distribution",
     "generate_requests",
+    "get_tier_mix",
     "get_workload",
     "length_sources",
     "load_quantile_tables",

@@ -33,6 +33,7 @@ from slidingserve.sim.workloads.slo import (
     check_slo_choice,
     slo_for,
 )
+from slidingserve.sim.workloads.tiers import TierMix
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -113,6 +114,7 @@ class WorkloadConfig:
     slo_scale: float = 1.0  # multiplies every TTFT and TBT target
     trace_dir: Path | None = None
     trace_files: tuple[tuple[str, Path], ...] = ()  # (source, CSV path) overrides
+    tiers: TierMix | None = None  # SLO tiers; None: every request gets its class SLO
 
     def __post_init__(self) -> None:
         spec = get_workload(self.name)
@@ -244,18 +246,34 @@ def generate_requests(
     re-reading trace files when generating the same workload many times.
     """
     sample = sample_workload(config, rate, seed, max_model_len, lengths)
-    slos = _source_slos(config)
+    slos = _request_slos(config, sample, seed)
     rows = zip(
         sample.arrivals.tolist(),
         sample.prompt_lens.tolist(),
         sample.output_lens.tolist(),
-        sample.source_index.tolist(),
+        slos,
         strict=True,
     )
     return [
-        Request(f"r{i}", arrival, prompt, output, slos[k])
-        for i, (arrival, prompt, output, k) in enumerate(rows)
+        Request(f"r{i}", arrival, prompt, output, slo)
+        for i, (arrival, prompt, output, slo) in enumerate(rows)
     ]
+
+
+def _request_slos(config: WorkloadConfig, sample: WorkloadSample, seed: int) -> list[SLO]:
+    """Each request's SLO: its class's, or its tier's when the workload has tiers.
+
+    Tiers are drawn from a fourth stream of the seed, so lengths, sources and arrivals are
+    the same with or without them.
+    """
+    by_source = _source_slos(config)
+    classes = [by_source[k] for k in sample.source_index.tolist()]
+    if config.tiers is None:
+        return classes
+    tier_stream = np.random.default_rng(np.random.SeedSequence(seed).spawn(4)[3])
+    tiers = config.tiers.tiers
+    picks = config.tiers.assign(len(classes), tier_stream).tolist()
+    return [tiers[pick].slo(slo) for pick, slo in zip(picks, classes, strict=True)]
 
 
 def _source_slos(config: WorkloadConfig) -> list[SLO]:
