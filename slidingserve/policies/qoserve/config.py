@@ -24,7 +24,7 @@ class QoServeConfig:
 
     max_batch_tokens: int | None = None  # cap on every grid value; None: the engine's B_max
     priority_weight: float = 0.008  # seconds added to a prefill's deadline per remaining token
-    safety_factor: float = 1.2  # predicted batch time × this must fit the smallest decode slack
+    safety_factor: float = 1.2  # predicted time × this must fit the smallest decode slack
     token_grid: Sequence[int] = TOKEN_GRID  # batch totals (decodes included), ascending
     low_memory_grid: Sequence[int] = LOW_MEMORY_GRID  # the grid when free KV is low
     low_memory_divisor: int = 32  # low memory: free blocks × block size / this ...
@@ -52,7 +52,7 @@ class QoServeConfig:
         ):
             require_int(name, getattr(self, name))
         _check_number("priority_weight", self.priority_weight, minimum=0.0)
-        _check_number("safety_factor", self.safety_factor, minimum=1.0)
+        _check_number("safety_factor", self.safety_factor, minimum=0.0, strict=True)
         _check_number("initial_throughput", self.initial_throughput, minimum=0.0, strict=True)
         _check_number("throughput_decay", self.throughput_decay, minimum=0.0)
         if self.throughput_decay >= 1:

@@ -62,6 +62,10 @@ def paper_chunk(times: QueueTimes, horizons: Sequence[float]) -> ChunkChoice:
         return ChunkChoice(0, "decodes-only")
     if horizons[0] == math.inf:
         return ChunkChoice(times.max_prefill, "no-tbt-limit")
+    if now_tokens >= times.max_prefill:
+        # All the queued work fits now: splitting it would only delay its first tokens
+        # (halving a lone prefill again and again never finishes it).
+        return ChunkChoice(times.max_prefill, "all-fits")
     both = times.tokens_within(horizons[1])
     total = now_tokens if both is None else both
     if total <= 1:
@@ -82,6 +86,8 @@ def window_chunk(times: QueueTimes, horizons: Sequence[float]) -> ChunkChoice:
     greedy = times.tokens_within(horizons[0])
     if greedy is None:
         return ChunkChoice(0, "decodes-only")
+    if greedy >= times.max_prefill and horizons[0] != math.inf:
+        return ChunkChoice(times.max_prefill, "all-fits")
     k = len(horizons)
     if horizons[0] == math.inf or k == 1:
         return ChunkChoice(greedy, "no-tbt-limit" if horizons[0] == math.inf else "window-1")
@@ -112,7 +118,22 @@ def _best_first_window(times: QueueTimes, horizon: float, greedy: int) -> int:
         return window_objective(times, [math.inf, horizon], [b])
 
     best = ternary_argmin(lambda b: -value(b), 0, greedy)
+    best = _plateau_end(value, best, greedy)
     return max((best, greedy), key=lambda b: (value(b), b))
+
+
+def _plateau_end(value: Callable[[int], float], start: int, stop: int) -> int:
+    """The largest b in [start, stop] with value(b) ≥ value(start), for a unimodal `value`:
+    among equally good first batches the largest runs the queue soonest."""
+    target = value(start)
+    lo, hi = start, stop + 1  # value(lo) ≥ target; hi is past the end
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if value(mid) >= target:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def _greedy_allocation(times: QueueTimes, horizons: Sequence[float]) -> list[int]:

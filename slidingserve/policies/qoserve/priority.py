@@ -1,0 +1,94 @@
+"""QoServe's prefill order, eager relegation and prefill-throughput estimate (SPEC §8)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable, Sequence
+
+    from slidingserve.core.request import Request
+
+
+def priority_key(
+    request: Request, relegated: Collection[str], weight: float
+) -> tuple[bool, float, float]:
+    """Sort key of a prefill, smallest first: relegated last, then the deadline of its next
+    token plus `weight` seconds per remaining prefill token, then arrival.
+
+    The next token's deadline is a_i + L_ttft_i until the request is preempted after
+    emitting tokens; then it is the deadline of the token it will emit next.
+    """
+    urgency = request.next_deadline + weight * request.remaining_prefill
+    return (request.request_id in relegated, urgency, request.arrival)
+
+
+def prefill_order(
+    candidates: Iterable[Request], relegated: Collection[str], weight: float
+) -> list[Request]:
+    """Waiting and prefilling requests in QoServe's priority order (its heap, sorted)."""
+    return sorted(candidates, key=lambda r: priority_key(r, relegated, weight))
+
+
+def cannot_meet_ttft(request: Request, now: float, throughput: float) -> bool:
+    """Whether even the whole prefill throughput (tokens/s) would finish `request`'s prefill
+    after the deadline of its next token: now + remaining / ρ > deadline."""
+    return now + request.remaining_prefill / throughput > request.next_deadline
+
+
+def ttft_from_e2e(e2e_slo: float, time_per_decode: float, num_decodes: int) -> float:
+    """QoServe's first-token target for a tier with only an end-to-end SLO, seconds:
+    L_e2e − n_decode × (time of one batched decode step). `num_decodes` is the predicted
+    output length (the config's `default_decode_count` when unknown). Not used by the
+    policy: every request here carries a TTFT and a TBT SLO."""
+    return e2e_slo - num_decodes * time_per_decode
+
+
+class Relegation:
+    """The ids of relegated requests. A request is relegated at most once and stays
+    relegated until it leaves the engine (finishes)."""
+
+    def __init__(self) -> None:
+        self._ids: set[str] = set()
+
+    @property
+    def ids(self) -> Collection[str]:
+        return self._ids
+
+    def relegate_hopeless(
+        self, candidates: Iterable[Request], now: float, throughput: float
+    ) -> list[Request]:
+        """Relegate every candidate that has not started (nothing cached), was never
+        relegated and cannot meet its TTFT at `throughput` tokens/s; return those."""
+        newly = [
+            r
+            for r in candidates
+            if r.num_computed == 0
+            and r.request_id not in self._ids
+            and cannot_meet_ttft(r, now, throughput)
+        ]
+        self._ids.update(r.request_id for r in newly)
+        return newly
+
+    def forget_departed(self, present: Sequence[Iterable[Request]]) -> None:
+        """Drop the ids of requests in none of the `present` queues (they finished)."""
+        if self._ids:
+            self._ids &= {r.request_id for queue in present for r in queue}
+
+
+class ThroughputEma:
+    """ρ_EMA: prefill tokens per second, an EMA observed once per engine step."""
+
+    def __init__(self, initial: float, decay: float) -> None:
+        self.value = initial  # tokens per second
+        self.decay = decay  # weight of the old value at each step
+
+    def observe(self, prefill_tokens: int, seconds: float) -> None:
+        """Fold in one step: `prefill_tokens` computed in `seconds` (a step with no time
+        is skipped)."""
+        if seconds > 0:
+            self.value = self.decay * self.value + (1 - self.decay) * prefill_tokens / seconds
+
+    def observe_idle_steps(self, steps: int) -> None:
+        """Fold in `steps` steps without prefill tokens (closed form of `observe(0, ·)`)."""
+        self.value *= self.decay**steps
