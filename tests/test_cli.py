@@ -49,7 +49,9 @@ def test_goodput_writes_table_json_csv_and_plot(
     row = payload["goodput"][0]
     assert row["policy"] == "sarathi" and row["goodput_mean"] > 0
     assert len(payload["violation_curve"]) == 2
-    assert (tmp_path / "goodput.csv").read_text().startswith("policy,workload,criterion,goodput_mean")
+    assert (
+        (tmp_path / "goodput.csv").read_text().startswith("policy,workload,criterion,goodput_mean")
+    )
     assert (tmp_path / "violation_vs_rate.png").read_bytes()[:4] == b"\x89PNG"
 
 

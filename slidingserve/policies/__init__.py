@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from slidingserve.policies.base import IterationRecord, Policy, PolicyContext
+from slidingserve.policies.qoserve import QoServePolicy
 from slidingserve.policies.sarathi import SarathiPolicy
 from slidingserve.policies.sarathi_edf import SarathiEdfPolicy
 from slidingserve.policies.slidingserve import (
@@ -21,6 +22,7 @@ POLICIES: dict[str, type[Policy]] = {
     VllmPolicy.name: VllmPolicy,
     SarathiPolicy.name: SarathiPolicy,
     SarathiEdfPolicy.name: SarathiEdfPolicy,
+    QoServePolicy.name: QoServePolicy,
     SlidingServePolicy.name: SlidingServePolicy,
     SlidingChunkerEdfPolicy.name: SlidingChunkerEdfPolicy,
     SlidingChunkerMlpsPolicy.name: SlidingChunkerMlpsPolicy,

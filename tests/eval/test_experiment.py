@@ -62,3 +62,27 @@ def test_labelled_configurations_of_one_policy_are_compared_side_by_side() -> No
     rows = {row.policy: row for row in run_experiment(experiment).rows}
     # 32-token chunks take a 2,000-token prompt over 60 iterations: far lower goodput.
     assert rows["sarathi#tiny"].goodput_mean < 0.5 * rows["sarathi"].goodput_mean
+
+
+def test_tier_criteria_give_a_row_each_and_the_worst_tier_is_the_strictest() -> None:
+    from slidingserve.sim.workloads import get_tier_mix
+
+    experiment = GoodputExperiment(
+        policies=("sarathi-edf",),
+        workloads=("sharegpt",),
+        seeds=(0,),
+        num_requests=80,
+        tiers=get_tier_mix("premium-standard"),
+        criteria=("overall", "worst-tier", "tier:premium", "tier:standard"),
+        search=SearchSettings(precision=0.05),
+        curve_points=0,
+        jobs=1,
+    )
+    goodput = {row.criterion: row.goodput_mean for row in run_experiment(experiment).rows}
+    assert set(goodput) == set(experiment.criteria)
+    assert goodput["worst-tier"] <= min(goodput["tier:premium"], goodput["tier:standard"]) * 1.05
+
+
+def test_unknown_criteria_are_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown goodput criterion 'worst-tier'"):
+        GoodputExperiment(criteria=("worst-tier",))  # no tiers

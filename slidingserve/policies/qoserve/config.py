@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,7 +59,9 @@ class QoServeConfig:
         if self.throughput_decay >= 1:
             raise ValueError(f"throughput_decay must be below 1, got {self.throughput_decay}")
         if not isinstance(self.eager_relegation, bool):
-            raise ValueError(f"eager_relegation must be true or false, got {self.eager_relegation!r}")
+            raise ValueError(
+                f"eager_relegation must be true or false, got {self.eager_relegation!r}"
+            )
 
 
 def _grid(name: str, values: Sequence[int]) -> tuple[int, ...]:
@@ -70,7 +73,7 @@ def _grid(name: str, values: Sequence[int]) -> tuple[int, ...]:
         raise ValueError(f"{name} must hold at least one token count")
     for value in grid:
         require_int(name, value)
-    if any(a >= b for a, b in zip(grid, grid[1:], strict=False)):
+    if any(a >= b for a, b in itertools.pairwise(grid)):
         raise ValueError(f"{name} must be strictly increasing, got {list(grid)}")
     return grid
 

@@ -110,7 +110,9 @@ def fit_qoserve_predictor(batches: Sequence[TimedBatch], split: int = 512) -> Qo
         if not math.isfinite(batch.seconds):
             raise ValueError(f"timed batch {i}: time {batch.seconds!r} is not finite")
     features = [shape_features(batch.shape) for batch in batches]
-    small = [i for i, x in enumerate(features) if x.total_tokens <= split] or list(range(len(batches)))
+    small = [i for i, x in enumerate(features) if x.total_tokens <= split] or list(
+        range(len(batches))
+    )
     large = [i for i, x in enumerate(features) if x.total_tokens > split] or small
     x = np.array(features, dtype=float).reshape(-1, NUM_QOSERVE_FEATURES)
     y = np.array([batch.seconds for batch in batches], dtype=float)

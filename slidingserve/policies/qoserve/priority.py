@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,8 +33,9 @@ def prefill_order(
 
 def cannot_meet_ttft(request: Request, now: float, throughput: float) -> bool:
     """Whether even the whole prefill throughput (tokens/s) would finish `request`'s prefill
-    after the deadline of its next token: now + remaining / ρ > deadline."""
-    return now + request.remaining_prefill / throughput > request.next_deadline
+    after the deadline of its next token: now + remaining / ρ > deadline (ρ = 0: never)."""
+    seconds = request.remaining_prefill / throughput if throughput > 0 else math.inf
+    return now + seconds > request.next_deadline
 
 
 def ttft_from_e2e(e2e_slo: float, time_per_decode: float, num_decodes: int) -> float:
