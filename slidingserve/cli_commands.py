@@ -165,6 +165,12 @@ def run_goodput(args: argparse.Namespace) -> int:
     for criterion in experiment.criteria:
         print(f"\nrequests that must meet their SLO: {criterion}")
         print(goodput_table(result, criterion))
+    if any(row.fraction_of_bound > 1 for row in result.rows):
+        print(
+            "\nnote: a goodput above the capacity bound means the trial ended before its "
+            "backlog outgrew the TTFT slack (the bound holds in steady state); use more "
+            "--requests for a longer trial"
+        )
     out: Path = args.out_dir
     write_json(out / "goodput.json", experiment_payload(result))
     write_csv(out / "goodput.csv", goodput_rows(result))

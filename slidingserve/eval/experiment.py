@@ -46,10 +46,10 @@ Progress = Callable[[int], None]  # called with the number of tasks just finishe
 class GoodputExperiment:
     """What to compare and how."""
 
-    policies: tuple[str, ...] = ("vllm", "sarathi", "sarathi-edf")
+    policies: tuple[str, ...] = ("vllm", "sarathi", "sarathi-edf", "slidingserve")
     workloads: tuple[str, ...] = ("sharegpt", "arxiv", "mixed-v1", "mixed-v2")
     seeds: tuple[int, ...] = (0, 1, 2)
-    num_requests: int = 400  # requests per simulated trial
+    num_requests: int = 600  # requests per simulated trial
     arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
     slo_preset: str = "strict"
     slo_scale: float = 1.0
