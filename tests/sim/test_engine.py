@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 from factories import CheckingPolicy, LinearTimer, TokenLinearModel, make_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slidingserve.core import EngineLimits, Plan, Request, SchedulerView, blocks_for_tokens
+from slidingserve.core import (
+    EngineLimits,
+    Plan,
+    Request,
+    SchedulerView,
+    TimedBatch,
+    blocks_for_tokens,
+)
 from slidingserve.policies import POLICIES, Policy, PolicyContext, make_policy
+from slidingserve.predictor import random_batch_shapes
 from slidingserve.sim.engine import (
     SchedulingStallError,
     SimulationRun,
@@ -101,6 +110,13 @@ class TestHandWorked:
             simulate([make_request()], Idle(None, PolicyContext(EngineLimits())))
 
 
+LINEAR_PROFILE = tuple(
+    TimedBatch(shape, LinearTimer().sample_time(shape))
+    for shape in random_batch_shapes(200, np.random.default_rng(0))
+)
+"""Timed batches of the default LinearTimer, for policies that fit their own model."""
+
+
 request_specs = st.lists(
     st.tuples(
         st.floats(0, 2.0),  # arrival
@@ -139,7 +155,7 @@ def test_simulator_invariants(
     option = {"vllm": "max_num_batched_tokens", "sarathi": "chunk_size"}.get(
         policy_name, "chunk_size" if policy_name == "sarathi-edf" else "max_batch_tokens"
     )
-    context = PolicyContext(limits, TokenLinearModel(0.01, 1e-4))
+    context = PolicyContext(limits, TokenLinearModel(0.01, 1e-4), LINEAR_PROFILE)
     policy = CheckingPolicy(make_policy(policy_name, context, {option: budget}), budget)
     run = simulate(
         requests, policy, limits=limits, kv_blocks=biggest + spare_blocks, fast_forward=fast_forward

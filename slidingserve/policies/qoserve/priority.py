@@ -33,7 +33,7 @@ def prefill_order(
 
 def cannot_meet_ttft(request: Request, now: float, throughput: float) -> bool:
     """Whether even the whole prefill throughput (tokens/s) would finish `request`'s prefill
-    after the deadline of its next token: now + remaining / ρ > deadline (ρ = 0: never)."""
+    after the deadline of its next token: now + remaining / ρ > deadline (never done at ρ = 0)."""
     seconds = request.remaining_prefill / throughput if throughput > 0 else math.inf
     return now + seconds > request.next_deadline
 
