@@ -1,0 +1,76 @@
+"""The project's view of vLLM's requests: one core `Request` mirrored per vLLM request.
+
+No vLLM import: the mirror reads only attributes every vLLM v1 `Request` has, so it can
+be tested with plain stand-ins.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from slidingserve.core.request import SLO, Phase, Request
+
+
+class EngineRequest(Protocol):
+    """What the mirror reads of a vLLM v1 request."""
+
+    request_id: str
+    arrival_time: float  # wall clock (time.time()), seconds
+    num_prompt_tokens: int
+    num_computed_tokens: int
+    max_tokens: int
+
+    @property
+    def num_tokens(self) -> int: ...
+
+    @property
+    def num_output_tokens(self) -> int: ...
+
+
+class RequestMirror:
+    """Core requests kept in step with the engine's, by request id."""
+
+    def __init__(self) -> None:
+        self._mirrors: dict[str, Request] = {}
+
+    def add(self, request: EngineRequest, slo: SLO) -> Request:
+        mirror = Request(
+            request.request_id,
+            request.arrival_time,
+            request.num_prompt_tokens,
+            max(1, request.max_tokens),
+            slo,
+        )
+        self._mirrors[request.request_id] = mirror
+        return mirror
+
+    def get(self, request_id: str) -> Request | None:
+        return self._mirrors.get(request_id)
+
+    def sync(self, request: EngineRequest, waiting: bool) -> Request | None:
+        """Copy the engine's progress into the mirror; None for an unknown request."""
+        mirror = self._mirrors.get(request.request_id)
+        if mirror is None:
+            return None
+        mirror.num_computed = request.num_computed_tokens
+        mirror.num_generated = request.num_output_tokens
+        mirror.phase = phase_of(request, waiting)
+        return mirror
+
+    def forget_all_but(self, live_ids: set[str]) -> None:
+        """Drop the mirrors of requests the engine no longer holds (finished, aborted)."""
+        for request_id in [r for r in self._mirrors if r not in live_ids]:
+            del self._mirrors[request_id]
+
+    def __len__(self) -> int:
+        return len(self._mirrors)
+
+
+def phase_of(request: EngineRequest, waiting: bool) -> Phase:
+    """Waiting (nothing cached, or preempted), decoding (one token to feed), or prefilling."""
+    if waiting:
+        return Phase.WAITING
+    left = request.num_tokens - request.num_computed_tokens
+    if request.num_output_tokens > 0 and left <= 1:
+        return Phase.DECODING
+    return Phase.PREFILLING
