@@ -109,6 +109,7 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         self.vllm_schedule_seconds: list[float] = []  # vLLM's own schedule() per step
         self.plan_mismatches = 0
         self.invalid_slo_requests = 0
+        self.last_plan: Plan | None = None  # the plan of the latest step
         self._caps: dict[str, int] | None = None
         self._pending: tuple[Plan, BatchShape, float, float] | None = None
 
@@ -146,6 +147,7 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         started = time.perf_counter()
         view = self._view()
         plan = self.policy.schedule(view)
+        self.last_plan = plan
         self._impose(plan)
         planned = time.perf_counter()
         output = super().schedule(*args, **kwargs)
