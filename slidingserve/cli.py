@@ -9,6 +9,8 @@ from pathlib import Path
 
 from slidingserve import __version__
 from slidingserve.cli_commands import run_goodput, run_list, run_predictor, run_simulate
+from slidingserve.cli_engine import add_engine_commands
+from slidingserve.engines.vllm.runtime import VllmMissingError
 
 
 def _positive_float(text: str) -> float:
@@ -98,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     listing = commands.add_parser("list", help="policies, workloads, models, GPUs, SLO presets")
     listing.set_defaults(handler=run_list)
+    add_engine_commands(commands)
     return parser
 
 
@@ -106,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.handler(args)
-    except (ValueError, TypeError, OSError) as error:
+    except (ValueError, TypeError, OSError, VllmMissingError) as error:
         print(f"slidingserve {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from slidingserve.policies.base import IterationRecord, Policy, PolicyContext
 from slidingserve.policies.qoserve import QoServePolicy
+from slidingserve.policies.random_chunk import RandomChunkPolicy
 from slidingserve.policies.sarathi import SarathiPolicy
 from slidingserve.policies.sarathi_edf import SarathiEdfPolicy
 from slidingserve.policies.slidingserve import (
@@ -26,6 +27,7 @@ POLICIES: dict[str, type[Policy]] = {
     SlidingServePolicy.name: SlidingServePolicy,
     SlidingChunkerEdfPolicy.name: SlidingChunkerEdfPolicy,
     SlidingChunkerMlpsPolicy.name: SlidingChunkerMlpsPolicy,
+    RandomChunkPolicy.name: RandomChunkPolicy,
 }
 
 

@@ -152,9 +152,12 @@ def test_simulator_invariants(
     ]
     limits = EngineLimits(max_num_batched_tokens=budget, max_num_seqs=max_seqs)
     biggest = max(blocks_for_tokens(r.prompt_len + r.output_len, 16) for r in requests)
-    option = {"vllm": "max_num_batched_tokens", "sarathi": "chunk_size"}.get(
-        policy_name, "chunk_size" if policy_name == "sarathi-edf" else "max_batch_tokens"
-    )
+    option = {
+        "vllm": "max_num_batched_tokens",
+        "sarathi": "chunk_size",
+        "sarathi-edf": "chunk_size",
+        "random-chunk": "max_budget",
+    }.get(policy_name, "max_batch_tokens")
     context = PolicyContext(limits, TokenLinearModel(0.01, 1e-4), LINEAR_PROFILE)
     policy = CheckingPolicy(make_policy(policy_name, context, {option: budget}), budget)
     run = simulate(

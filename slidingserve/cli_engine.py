@@ -1,0 +1,99 @@
+"""The commands that run a real vLLM engine (the `vllm` extra): serve, profile, tiny-model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from slidingserve import config as cfg
+
+
+def add_engine_commands(commands: Any) -> None:
+    """Add `serve`, `profile` and `tiny-model` to the `slidingserve` subcommands."""
+    serve = commands.add_parser(
+        "serve",
+        help="vLLM's OpenAI-compatible server scheduled by a SlidingServe policy",
+        description="Arguments after `--` go to vLLM's server unchanged.",
+    )
+    serve.add_argument("--model", required=True, help="model folder (Hugging Face format)")
+    serve.add_argument("--policy", default="slidingserve")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--ttft-ms", type=float, default=2000.0, help="default TTFT SLO")
+    serve.add_argument("--tbt-ms", type=float, default=50.0, help="default TBT SLO")
+    serve.add_argument("--predictor", help="predictor JSON from `slidingserve profile`")
+    serve.add_argument("--no-online-learning", action="store_true")
+    serve.add_argument("--set", action="append", metavar="POLICY.OPTION=VALUE")
+    serve.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then vLLM flags")
+    serve.set_defaults(handler=run_serve)
+
+    profile = commands.add_parser(
+        "profile", help="time a real engine's steps, fit the predictor, print its accuracy"
+    )
+    profile.add_argument("--model", required=True)
+    profile.add_argument("--out", type=Path, default=Path("predictor.json"))
+    profile.add_argument("--seed", type=int, default=0)
+    profile.add_argument("--repeats", type=int, default=3, help="rounds of profiling traffic")
+    profile.add_argument("--max-num-batched-tokens", type=int, default=256)
+    profile.set_defaults(handler=run_profile)
+
+    tiny = commands.add_parser(
+        "tiny-model", help="a small random Llama with a locally trained tokenizer, for demos"
+    )
+    tiny.add_argument("--out", type=Path, required=True)
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.set_defaults(handler=run_tiny_model)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from slidingserve.engines.vllm.server import run_server
+
+    settings: cfg.Settings = {section: {} for section in cfg.SECTIONS}
+    cfg.parse_assignments(args.set, settings)
+    extra = [a for a in args.vllm_args if a != "--"]
+    run_server(
+        args.model,
+        args.policy,
+        host=args.host,
+        port=args.port,
+        ttft_ms=args.ttft_ms,
+        tbt_ms=args.tbt_ms,
+        predictor=args.predictor,
+        policy_options=settings["policies"].get(args.policy, {}),
+        online_learning=not args.no_online_learning,
+        extra_vllm_args=extra,
+    )
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    from slidingserve.engines.vllm.profiling import profile_engine
+    from slidingserve.predictor import PredictorMetadata, save_predictor
+
+    profile = profile_engine(
+        args.model,
+        seed=args.seed,
+        repeats=args.repeats,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+    )
+    fit = profile.fit
+    print(
+        f"{len(profile.batches)} engine steps timed; held-out accuracy of the fitted predictor:\n"
+    )
+    print(fit.validation.format_table())
+    metadata = PredictorMetadata.from_fit(fit, Path(args.model).name, "vllm-cpu")
+    save_predictor(args.out, fit.predictor, metadata)
+    print(
+        f"\nwrote {args.out}; serve with: slidingserve serve --model {args.model} "
+        f"--predictor {args.out}"
+    )
+    return 0
+
+
+def run_tiny_model(args: argparse.Namespace) -> int:
+    from slidingserve.engines.vllm.tiny_model import make_tiny_llama
+
+    path = make_tiny_llama(args.out, seed=args.seed)
+    print(json.dumps({"model": str(path)}))
+    return 0

@@ -1,0 +1,86 @@
+"""Profile a real vLLM engine: run traffic under a random token budget, time every step,
+fit the batch-latency predictor, report its accuracy on held-out steps.
+
+The `random-chunk` policy draws each step's budget at random, so ordinary traffic of a few
+sizes yields batches of every shape: few and many decodes, short and long contexts, small
+and large prefill chunks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from slidingserve.engines.vllm.runtime import (
+    adapter_kwargs,
+    engine_kwargs,
+    prepare_offline_process,
+    require_vllm,
+)
+from slidingserve.sim.profiling import fit_batches
+
+if TYPE_CHECKING:
+    from slidingserve.core.batch import TimedBatch
+    from slidingserve.predictor import FitResult
+
+
+class TrafficRound(NamedTuple):
+    requests: int  # sent together
+    prompt_share: float  # prompt length as a share of the context
+    output_tokens: int
+
+
+ROUNDS = (
+    TrafficRound(1, 0.05, 48),
+    TrafficRound(4, 0.25, 32),
+    TrafficRound(12, 0.1, 40),
+    TrafficRound(24, 0.4, 16),
+    TrafficRound(32, 0.05, 24),
+    TrafficRound(8, 0.7, 12),
+)
+"""Traffic that covers the shapes a scheduler produces (lengths relative to the context)."""
+
+
+class EngineProfile(NamedTuple):
+    fit: FitResult  # the predictor and its training and held-out accuracy
+    batches: list[TimedBatch]  # every timed step
+
+
+def profile_engine(
+    model: str,
+    *,
+    seed: int = 0,
+    repeats: int = 3,
+    max_num_batched_tokens: int = 256,
+    max_num_seqs: int = 32,
+) -> EngineProfile:
+    """Run `ROUNDS` `repeats` times on `model` and fit the predictor to the timed steps."""
+    require_vllm()
+    prepare_offline_process()
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(
+        model=model,
+        **engine_kwargs(
+            seed=seed, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs
+        ),
+        **adapter_kwargs("random-chunk", policy_options={"seed": seed}, online_learning=False),
+    )
+    scheduler = llm.llm_engine.engine_core.engine_core.scheduler
+    context = int(llm.llm_engine.model_config.max_model_len)
+    vocab = int(llm.llm_engine.model_config.get_vocab_size())
+    rng = np.random.default_rng(seed)
+    for _ in range(repeats):
+        for round_ in ROUNDS:
+            prompt = max(
+                1, min(int(round_.prompt_share * context), context - 1 - round_.output_tokens)
+            )
+            prompts = [
+                {"prompt_token_ids": rng.integers(3, vocab, size=prompt).tolist()}
+                for _ in range(round_.requests)
+            ]
+            params = SamplingParams(max_tokens=round_.output_tokens, ignore_eos=True)
+            llm.generate(prompts, params, use_tqdm=False)
+    batches = list(scheduler.samples)
+    return EngineProfile(fit_batches(batches, seed), batches)
