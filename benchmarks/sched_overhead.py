@@ -4,7 +4,7 @@
                                         [--policies slidingserve sarathi]
 
 For each size N it builds `--views` random engine states with N active requests: half
-decoding (ShareGPT-like contexts, 50 ms TBT, next-token slack 30 ms to 1 s), half
+decoding (ShareGPT-like contexts, 50 ms TBT, next-token slack 50 ms + Exp(200 ms)), half
 waiting or partly prefilled (realistic prompt lengths, TTFT slacks from −0.2 s to 2 s, so
 some are lost, some at risk and most calm). Every policy schedules the same states in the
 same run. Prints median and p99 wall time per `schedule` call, and for SlidingServe the
@@ -25,7 +25,7 @@ from slidingserve.core import SLO, EngineLimits, KVBlockManager, Phase, Request,
 from slidingserve.policies import PolicyContext, make_policy
 from slidingserve.policies.slidingserve import SlidingServePolicy
 from slidingserve.sim.hardware import HardwareConfig
-from slidingserve.sim.profiling import profile_ground_truth
+from slidingserve.sim.profiling import calibrate
 from slidingserve.sim.workloads import WorkloadConfig, sample_workload
 
 
@@ -41,7 +41,7 @@ def random_view(size: int, limits: EngineLimits, rng: np.random.Generator) -> Sc
         prompt, output = int(sample.prompt_lens[i]), max(2, int(sample.output_lens[i]))
         if i % 2 == 0:
             generated = int(rng.integers(1, output))
-            slack = float(rng.uniform(0.03, 1.0))  # banked slack of the next token
+            slack = 0.05 + float(rng.exponential(0.2))  # ≥ one TBT, as after an on-time step
             arrival = now - 1.0 - generated * 0.05
             ttft = now + slack - arrival - generated * 0.05
             request = _request(i, arrival, prompt, output, max(ttft, 0.01))
@@ -77,14 +77,15 @@ def main() -> None:
     parser.add_argument("--views", type=int, default=300)
     parser.add_argument("--policies", nargs="+", default=["slidingserve", "sarathi"])
     args = parser.parse_args()
-    predictor = profile_ground_truth(HardwareConfig(), EngineLimits()).predictor
+    calibration = calibrate(HardwareConfig(), EngineLimits())
     rng = np.random.default_rng(0)
     print(f"{'requests':>8}  {'policy':<22} {'median ms':>9} {'p99 ms':>8}  components (median ms)")
     for size in args.sizes:
         limits = EngineLimits(max_num_batched_tokens=2048, max_num_seqs=max(256, size))
         views = [random_view(size, limits, rng) for _ in range(args.views)]
         for name in args.policies:
-            policy = make_policy(name, PolicyContext(limits, predictor))
+            context = PolicyContext(limits, calibration.predictor, calibration.batches)
+            policy = make_policy(name, context)
             wall = []
             for view in views:
                 started = time.perf_counter()
