@@ -2,7 +2,7 @@
 
 Two layers, hidden size 256, a byte-level BPE vocabulary of about 1,000 tokens and a chat
 template: it loads in vLLM in a few seconds on a CPU and produces noise, which is all that
-scheduling tests and overhead measurements need. Building it takes about 8 s and needs
+scheduling tests and overhead measurements need. Building it takes 1 to 8 s and needs
 `transformers`, `tokenizers` and `torch` (all installed with vLLM).
 """
 

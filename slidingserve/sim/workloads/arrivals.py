@@ -115,6 +115,8 @@ def scale_arrivals(
         return unit_times / rate
     at_start = rate * overload.start  # Λ(start), expected arrivals
     at_end = at_start + overload.factor * rate * overload.duration  # Λ(end)
+    if at_end <= at_start:  # a window too short to hold any arrival mass (float underflow)
+        return unit_times / rate
     before = unit_times / rate
     inside = overload.start + (unit_times - at_start) / (overload.factor * rate)
     after = overload.end + (unit_times - at_end) / rate

@@ -1,0 +1,161 @@
+"""The vLLM server's command line and environment, built without vLLM installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from slidingserve.engines.vllm.runtime import (
+    SCHEDULER_CLS,
+    SLO_DEFAULTS_ENV,
+    VllmMissingError,
+    adapter_kwargs,
+    engine_environment,
+    engine_kwargs,
+    require_vllm,
+)
+from slidingserve.engines.vllm.server import server_command, server_environment
+from slidingserve.policies import POLICIES
+
+
+def flag_value(command: list[str], flag: str) -> str:
+    """The value after the last occurrence of `flag` (argparse keeps the last one)."""
+    index = len(command) - 1 - command[::-1].index(flag)
+    return command[index + 1]
+
+
+def test_command_runs_the_api_server_module_with_the_adapter_and_validators() -> None:
+    command = server_command("/models/tiny", "sarathi-edf", port=8123, python="/venv/python")
+    assert command[:3] == ["/venv/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert flag_value(command, "--model") == "/models/tiny"
+    assert flag_value(command, "--host") == "127.0.0.1"
+    assert flag_value(command, "--port") == "8123"
+    assert flag_value(command, "--scheduler-cls") == SCHEDULER_CLS
+    assert flag_value(command, "--middleware") == (
+        "slidingserve.engines.vllm.validation.slo_middleware"
+    )
+    assert flag_value(command, "--logits-processors") == (
+        "slidingserve.engines.vllm.validation:SLOValidator"
+    )
+
+
+def test_command_carries_the_cpu_engine_settings() -> None:
+    command = server_command("m", "vllm", seed=7)
+    assert flag_value(command, "--block-size") == "32"
+    assert flag_value(command, "--dtype") == "float32"
+    assert flag_value(command, "--seed") == "7"
+    for flag in (
+        "--enforce-eager",
+        "--no-enable-prefix-caching",
+        "--no-async-scheduling",
+        "--enable-chunked-prefill",
+    ):
+        assert flag in command
+
+
+def test_additional_config_holds_policy_slo_and_predictor(tmp_path: Path) -> None:
+    predictor = tmp_path / "predictor.json"
+    predictor.write_text("{}")
+    command = server_command(
+        "m",
+        "slidingserve",
+        ttft_ms=800,
+        tbt_ms=40.5,
+        predictor=str(predictor),
+        policy_options={"chunker": "window", "window": 2},
+        online_learning=False,
+    )
+    config = json.loads(flag_value(command, "--additional-config"))
+    assert config == {
+        "slidingserve": {
+            "policy": "slidingserve",
+            "policy_options": {"chunker": "window", "window": 2},
+            "ttft_ms": 800.0,
+            "tbt_ms": 40.5,
+            "predictor": str(predictor),
+            "online_learning": False,
+        }
+    }
+
+
+def test_extra_vllm_args_come_last_so_they_win() -> None:
+    command = server_command(
+        "m", "vllm", extra_vllm_args=["--block-size", "64", "--max-num-seqs", "4"]
+    )
+    assert command[-4:] == ["--block-size", "64", "--max-num-seqs", "4"]
+    assert flag_value(command, "--block-size") == "64"
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_every_registered_policy_is_accepted(policy: str) -> None:
+    config = json.loads(flag_value(server_command("m", policy), "--additional-config"))
+    assert config["slidingserve"]["policy"] == policy
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"policy": "fcfs"}, "unknown policy 'fcfs'; known policies: "),
+        ({"policy": "slidingserve#w2"}, "unknown policy 'slidingserve#w2'"),
+        ({"ttft_ms": -5.0}, "ttft must be positive"),
+        ({"tbt_ms": 0.0}, "tbt must be positive"),
+        ({"ttft_ms": 5e9}, "was it given in milliseconds"),
+        ({"predictor": "/nonexistent/predictor.json"}, "does not exist"),
+        ({"policy_options": {"window": float("nan")}}, "plain JSON values"),
+        ({"policy_options": {"window": object()}}, "plain JSON values"),
+        ({"port": 70000}, "port must be in 1..65535"),
+    ],
+)
+def test_bad_settings_are_refused_before_launch(settings: dict[str, object], message: str) -> None:
+    arguments: dict[str, object] = {"policy": "vllm", **settings}
+    policy = str(arguments.pop("policy"))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        server_command("m", policy, **arguments)  # type: ignore[arg-type]
+
+
+def test_unknown_policy_error_lists_every_registered_policy() -> None:
+    with pytest.raises(ValueError, match="known policies") as error:
+        server_command("m", "fcfs")
+    listed = str(error.value).split("known policies: ", 1)[1].split(", ")
+    assert listed == sorted(POLICIES)
+
+
+def test_server_environment_runs_the_engine_in_its_own_process_with_slo_defaults() -> None:
+    env = server_environment(ttft_ms=900, tbt_ms=30, base={"PATH": "/bin", "OMP_NUM_THREADS": "2"})
+    assert env["PATH"] == "/bin"
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert json.loads(env[SLO_DEFAULTS_ENV]) == {"ttft_ms": 900.0, "tbt_ms": 30.0}
+
+
+def test_engine_environment_keeps_the_callers_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    env = engine_environment(multiprocessing=False)
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "4"
+    assert env["OMP_NUM_THREADS"] == "1"
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # offline: the engine stays in-process
+
+
+def test_offline_kwargs_enable_the_adapter_with_cpu_settings() -> None:
+    kwargs = {**engine_kwargs(seed=3, max_num_seqs=8), **adapter_kwargs("sarathi", tbt_ms=25)}
+    assert kwargs["scheduler_cls"] == SCHEDULER_CLS
+    assert kwargs["additional_config"]["slidingserve"]["tbt_ms"] == 25.0
+    assert (kwargs["block_size"], kwargs["seed"], kwargs["max_num_seqs"]) == (32, 3, 8)
+    assert "max_model_len" not in kwargs
+
+
+def test_missing_vllm_is_reported_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "vllm" else real_find_spec(name, *args),
+    )
+    with pytest.raises(VllmMissingError, match=re.escape('pip install -e ".[vllm]"')):
+        require_vllm()

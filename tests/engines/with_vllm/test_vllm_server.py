@@ -1,0 +1,201 @@
+"""vLLM's OpenAI server started with `server_command`: SLOs in `vllm_xargs`, bad ones refused.
+
+The server runs in a subprocess on 127.0.0.1 and a free port; every wait is bounded and the
+server's process group is killed at the end whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+vllm = pytest.importorskip("vllm", minversion="0.32")
+
+import slidingserve  # noqa: E402
+from slidingserve.engines.vllm.server import server_command, server_environment  # noqa: E402
+
+STARTUP_TIMEOUT = 240.0  # seconds; about 30 s on two busy cores
+REQUEST_TIMEOUT = 60.0
+MAX_TOKENS = 8
+ENGINE_ARGS = [
+    "--served-model-name", "tiny",
+    "--max-model-len", "512",
+    "--max-num-batched-tokens", "256",
+    "--max-num-seqs", "16",
+]  # fmt: skip
+
+
+class Reply(NamedTuple):
+    status: int
+    events: list[dict[str, object]]  # the JSON events of a stream, or the one JSON body
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def get_status(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            status: int = response.status
+            return status
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the API server, which shuts its engine down; after 30 s, or once it is gone,
+    SIGKILL to whatever is left of its process group."""
+    if process.poll() is None:
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The base URL of a running server scheduled by SlidingServe."""
+    port = free_port()
+    command = server_command(
+        str(tiny_model), "slidingserve", port=port, ttft_ms=1500, tbt_ms=100,
+        extra_vllm_args=ENGINE_ARGS,
+    )  # fmt: skip
+    env = server_environment(ttft_ms=1500, tbt_ms=100)
+    source_root = str(Path(slidingserve.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [source_root, env.get("PYTHONPATH")]))
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    base = f"http://127.0.0.1:{port}"
+    start = time.perf_counter()
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            command, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        while get_status(f"{base}/health") != 200:
+            if process.poll() is not None:
+                pytest.fail(f"server exited with {process.returncode}:\n{tail(log)}")
+            if time.perf_counter() - start > STARTUP_TIMEOUT:
+                pytest.fail(f"server not up after {STARTUP_TIMEOUT:.0f} s:\n{tail(log)}")
+            time.sleep(0.5)
+        print(f"\nserver up in {time.perf_counter() - start:.1f} s")
+        yield base
+    finally:
+        stop(process)
+
+
+def tail(log: Path, lines: int = 40) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def post(base: str, path: str, body: dict[str, object]) -> Reply:
+    """POST `body`; the events of a stream (`[DONE]` excluded), or the JSON reply."""
+    request = urllib.request.Request(
+        base + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as response:
+            if not body.get("stream"):
+                return Reply(response.status, [json.loads(response.read())])
+            events = []
+            for raw in response:
+                line = raw.decode().strip()
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    events.append(json.loads(line[len("data: ") :]))
+            return Reply(response.status, events)
+    except urllib.error.HTTPError as error:
+        return Reply(error.code, [json.loads(error.read())])
+
+
+def completion(xargs: dict[str, object] | None, *, stream: bool) -> dict[str, object]:
+    body: dict[str, object] = {
+        "model": "tiny",
+        "prompt": "the request latency deadline",
+        "max_tokens": MAX_TOKENS,
+        "ignore_eos": True,
+        "stream": stream,
+    }
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    if xargs is not None:
+        body["vllm_xargs"] = xargs
+    return body
+
+
+def streamed_tokens(reply: Reply) -> int:
+    """Completion tokens of a stream that ran to max_tokens, from its closing usage event."""
+    last_choices = [event["choices"] for event in reply.events if event.get("choices")][-1]
+    assert isinstance(last_choices, list)
+    assert last_choices[0]["finish_reason"] == "length", reply.events
+    usage = reply.events[-1]["usage"]
+    assert isinstance(usage, dict), reply.events[-1]
+    tokens: int = usage["completion_tokens"]
+    return tokens
+
+
+GOOD_SLO = {"ttft_ms": 800, "tbt_ms": 200, "protected": "true", "tier": "gold"}
+
+
+def test_streamed_completion_with_slo(server: str) -> None:
+    reply = post(server, "/v1/completions", completion(GOOD_SLO, stream=True))
+    assert reply.status == 200
+    assert not [event for event in reply.events if "error" in event]
+    assert streamed_tokens(reply) == MAX_TOKENS
+
+
+def test_completion_without_slo_uses_the_defaults(server: str) -> None:
+    reply = post(server, "/v1/completions", completion(None, stream=False))
+    assert reply.status == 200
+    usage = reply.events[0]["usage"]
+    assert isinstance(usage, dict)
+    assert usage["completion_tokens"] == MAX_TOKENS
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("xargs", [{"ttft_ms": -5}, {"tbt_ms": "fast"}, {"protected": "maybe"}])
+def test_bad_slo_gets_400_and_the_next_request_streams(
+    server: str, xargs: dict[str, object], stream: bool
+) -> None:
+    bad = post(server, "/v1/completions", completion(xargs, stream=stream))
+    assert 400 <= bad.status < 500
+    error = bad.events[0]["error"]
+    assert isinstance(error, dict)
+    assert next(iter(xargs)) in str(error["message"])
+
+    good = post(server, "/v1/completions", completion({"ttft_ms": 900}, stream=True))
+    assert good.status == 200
+    assert streamed_tokens(good) == MAX_TOKENS
+
+
+def test_chat_completion_with_slo_and_a_bad_one(server: str) -> None:
+    body: dict[str, object] = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "hello please answer"}],
+        "max_tokens": MAX_TOKENS,
+        "ignore_eos": True,
+        "vllm_xargs": GOOD_SLO,
+    }
+    good = post(server, "/v1/chat/completions", body)
+    assert good.status == 200
+    usage = good.events[0]["usage"]
+    assert isinstance(usage, dict)
+    assert usage["completion_tokens"] == MAX_TOKENS
+    bad = post(server, "/v1/chat/completions", {**body, "vllm_xargs": {"ttft_ms": 0}})
+    assert bad.status == 400
