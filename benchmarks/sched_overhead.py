@@ -91,10 +91,8 @@ def main() -> None:
                 started = time.perf_counter()
                 policy.schedule(view)
                 wall.append(time.perf_counter() - started)
-            print(
-                f"{size:>8}  {name:<22} {_ms(np.median(wall)):>9} {_ms(np.percentile(wall, 99)):>8}"
-                f"  {_components(policy)}"
-            )
+            median, p99 = _ms(float(np.median(wall))), _ms(float(np.percentile(wall, 99)))
+            print(f"{size:>8}  {name:<22} {median:>9} {p99:>8}  {_components(policy)}")
 
 
 def _components(policy: object) -> str:

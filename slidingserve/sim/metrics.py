@@ -130,7 +130,8 @@ def _gaps(table: _TokenTable) -> np.ndarray:
     diffs = np.diff(table.times)
     not_first = np.ones(table.times.size, dtype=bool)
     not_first[table.starts] = False
-    return diffs[not_first[1:]]
+    gaps: np.ndarray = diffs[not_first[1:]]
+    return gaps
 
 
 def _tbt_late(table: _TokenTable, reading: TbtReading) -> np.ndarray:

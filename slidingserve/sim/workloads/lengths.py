@@ -170,7 +170,8 @@ def _invert(
 ) -> npt.NDArray[np.int64]:
     """Quantile function at `ranks`, linear between table points, rounded, at least 1 token."""
     values = np.rint(np.interp(ranks, probabilities, quantiles))
-    return np.maximum(values, 1.0).astype(np.int64)
+    tokens: npt.NDArray[np.int64] = np.maximum(values, 1.0).astype(np.int64)
+    return tokens
 
 
 RankPair: TypeAlias = "tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]"
