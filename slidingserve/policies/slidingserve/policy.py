@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -27,6 +28,8 @@ from slidingserve.policies.slidingserve.stats import DecisionRecord, Stopwatch, 
 from slidingserve.policies.slidingserve.windows import decode_horizons
 from slidingserve.predictor import PrefillQueueProfile
 
+MAX_DECISIONS = 1_000_000
+
 if TYPE_CHECKING:
     from slidingserve.core.request import Request
     from slidingserve.core.view import SchedulerView
@@ -51,7 +54,8 @@ class SlidingServePolicy(Policy):
         self.max_tokens = min(config.max_batch_tokens or limit, limit)
         self.model = TimedModel(context.predictor)
         self.throughput = self._initial_throughput()
-        self.decisions: list[DecisionRecord] = []
+        # Bounded: a server runs for days; the last MAX_DECISIONS iterations are kept.
+        self.decisions: deque[DecisionRecord] = deque(maxlen=MAX_DECISIONS)
         self.constructor = BatchConstructor(
             self.model,
             ConstructorSettings(
