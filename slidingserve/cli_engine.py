@@ -39,6 +39,25 @@ def add_engine_commands(commands: Any) -> None:
     profile.add_argument("--max-num-batched-tokens", type=int, default=256)
     profile.set_defaults(handler=run_profile)
 
+    compare = commands.add_parser(
+        "compare",
+        help="policies side by side on live vLLM servers (ours and vLLM's fcfs/priority)",
+    )
+    compare.add_argument("--model", required=True)
+    compare.add_argument(
+        "--policies",
+        default="slidingserve,sarathi-edf,vllm:fcfs,vllm:priority",
+        help="project policies and vllm:fcfs, vllm:priority (comma list)",
+    )
+    compare.add_argument("--rates", type=float, nargs="+", default=[8.0], help="fixed loads")
+    compare.add_argument("--search", action="store_true", help="also search each goodput")
+    compare.add_argument("--workload", default="sharegpt")
+    compare.add_argument("--requests", type=int, default=200, help="requests per run")
+    compare.add_argument("--seed", type=int, default=0)
+    compare.add_argument("--slo-scale", type=float, help="default: calibrated on this machine")
+    compare.add_argument("--out-dir", type=Path, default=Path("results/live"))
+    compare.set_defaults(handler=run_compare)
+
     tiny = commands.add_parser(
         "tiny-model", help="a small random Llama with a locally trained tokenizer, for demos"
     )
@@ -88,6 +107,30 @@ def run_profile(args: argparse.Namespace) -> int:
         f"\nwrote {args.out}; serve with: slidingserve serve --model {args.model} "
         f"--predictor {args.out}"
     )
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from slidingserve.eval.report import write_json
+    from slidingserve.live.compare import LiveSettings, compare, table
+
+    settings = LiveSettings(
+        args.model,
+        args.workload,
+        args.requests,
+        args.seed,
+        args.slo_scale,
+        out_dir=args.out_dir,
+    )
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    result = compare(settings, policies, args.rates, search=args.search)
+    print(
+        f"\n{args.workload}, {args.requests} requests a run, seed {args.seed}, SLO scale "
+        f"{result.slo_scale:.3f} (strict preset), violations by cumulative deadlines\n"
+    )
+    print(table(result))
+    write_json(args.out_dir / "compare.json", result)
+    print(f"\nwrote {args.out_dir / 'compare.json'}")
     return 0
 
 

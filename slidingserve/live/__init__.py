@@ -1,0 +1,1 @@
+"""Live comparisons: real vLLM servers, one policy at a time, measured by `slidingserve.bench`."""

@@ -1,0 +1,138 @@
+"""Start and stop a local vLLM server scheduled by one policy (ours or vLLM's own)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slidingserve.engines.vllm.runtime import check_policy_name
+from slidingserve.engines.vllm.server import (
+    API_SERVER_MODULE,
+    engine_flags,
+    server_command,
+    server_environment,
+)
+
+BUILTIN_PREFIX = "vllm:"
+BUILTIN_POLICIES = ("fcfs", "priority")
+STARTUP_TIMEOUT = 180.0  # seconds for /health to answer
+STOP_TIMEOUT = 30.0  # seconds the API server gets to shut its engine down
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """A server to compare: a model, a policy and the engine's limits."""
+
+    model: str  # model folder
+    policy: str  # a project policy name, or "vllm:fcfs" / "vllm:priority"
+    ttft_ms: float = 2000.0  # default SLO of requests without one (ours only)
+    tbt_ms: float = 50.0
+    max_num_batched_tokens: int = 256
+    max_num_seqs: int = 64
+    extra_args: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.is_builtin:
+            if self.builtin not in BUILTIN_POLICIES:
+                known = ", ".join(BUILTIN_PREFIX + p for p in BUILTIN_POLICIES)
+                raise ValueError(f"unknown vLLM policy {self.policy!r}; known: {known}")
+        else:
+            check_policy_name(self.policy)
+
+    @property
+    def is_builtin(self) -> bool:
+        return self.policy.startswith(BUILTIN_PREFIX)
+
+    @property
+    def builtin(self) -> str:
+        return self.policy.removeprefix(BUILTIN_PREFIX)
+
+    def command(self, port: int) -> list[str]:
+        limits = [
+            "--max-num-batched-tokens", str(self.max_num_batched_tokens),
+            "--max-num-seqs", str(self.max_num_seqs),
+            *self.extra_args,
+        ]  # fmt: skip
+        if not self.is_builtin:
+            return server_command(
+                self.model,
+                self.policy,
+                port=port,
+                ttft_ms=self.ttft_ms,
+                tbt_ms=self.tbt_ms,
+                extra_vllm_args=limits,
+            )
+        return [
+            sys.executable, "-m", API_SERVER_MODULE,
+            "--model", self.model, "--host", "127.0.0.1", "--port", str(port),
+            "--scheduling-policy", self.builtin, *engine_flags(), *limits,
+        ]  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def running_server(spec: ServerSpec, log: Path) -> Iterator[str]:
+    """The base URL of a server started for `spec`; it is stopped on exit, whatever happens."""
+    port = free_port()
+    env = server_environment(ttft_ms=spec.ttft_ms, tbt_ms=spec.tbt_ms)
+    source_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [source_root, env.get("PYTHONPATH")]))
+    base = f"http://127.0.0.1:{port}"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            spec.command(port), env=env, stdout=sink, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        _wait_until_healthy(base, process, log)
+        yield base
+    finally:
+        _stop(process)
+
+
+def _wait_until_healthy(base: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    started = time.perf_counter()
+    while _status(f"{base}/health") != 200:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}; see {log}")
+        if time.perf_counter() - started > STARTUP_TIMEOUT:
+            raise RuntimeError(f"server not up after {STARTUP_TIMEOUT:.0f} s; see {log}")
+        time.sleep(0.5)
+
+
+def _status(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            status: int = response.status
+            return status
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the API server (it shuts its engine down), then SIGKILL to what is left."""
+    if process.poll() is None:
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=STOP_TIMEOUT)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10)
