@@ -1,0 +1,149 @@
+"""A simulator workload turned into the HTTP requests of a benchmark run.
+
+The workload is the simulator's (`generate_requests`: same lengths, mixes, arrivals, tiers
+and SLOs for one seed), generated for the simulator's 8192-token context and then scaled to
+the served model's context: both lengths × max_model_len / 8192 when the model's context is
+shorter, rounded, then trimmed so that prompt + output ≤ max_model_len − 1, each ≥ 1 token.
+Prompts are token ids drawn from a stream of the seed of their own (in [10, vocab_size)), so a
+prompt has exactly its planned length whatever the tokenizer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from slidingserve.core.request import SLO
+from slidingserve.sim.workloads import WorkloadConfig, generate_requests
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+REFERENCE_CONTEXT = 8192
+"""Tokens of context the workload's lengths are drawn for (Llama-3-8B, the simulator's model)."""
+
+FIRST_TOKEN_ID = 10
+"""Prompt ids start here: low ids are often special tokens (BOS, EOS, padding)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRequest:
+    """One request of the run, before it is sent."""
+
+    request_id: str  # "r0", "r1", ... in order of sending
+    send_at: float  # seconds after the run starts (the scheduled send time)
+    prompt_ids: tuple[int, ...]  # token ids; the prompt length is len(prompt_ids)
+    max_tokens: int  # output tokens asked for (ignore_eos: the server produces all of them)
+    slo: SLO  # seconds; deadlines count from `send_at` (SPEC eq. 1)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def ttft_deadline(self) -> float:
+        """Seconds after the run start by which the first token is due."""
+        return self.send_at + self.slo.ttft
+
+
+def plan_requests(
+    workload: WorkloadConfig, rate: float, seed: int, max_model_len: int, vocab_size: int
+) -> list[PlannedRequest]:
+    """The workload's requests at `rate` (requests/s), scaled to `max_model_len` tokens."""
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        raise ValueError(f"vocab_size must be an integer, got {vocab_size!r}")
+    if vocab_size <= FIRST_TOKEN_ID:
+        raise ValueError(f"vocab_size must be over {FIRST_TOKEN_ID}, got {vocab_size}")
+    requests = generate_requests(workload, rate, seed, REFERENCE_CONTEXT)
+    prompt, output = scale_lengths(
+        np.array([r.prompt_len for r in requests], dtype=np.int64),
+        np.array([r.output_len for r in requests], dtype=np.int64),
+        max_model_len,
+    )
+    ids = _prompt_stream(seed)
+    return [
+        PlannedRequest(
+            request.request_id,
+            request.arrival,
+            tuple(ids.integers(FIRST_TOKEN_ID, vocab_size, size=p).tolist()),
+            o,
+            request.slo,
+        )
+        for request, p, o in zip(requests, prompt.tolist(), output.tolist(), strict=True)
+    ]
+
+
+def scale_lengths(
+    prompt: npt.NDArray[np.int64], output: npt.NDArray[np.int64], max_model_len: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Lengths drawn for `REFERENCE_CONTEXT` tokens fitted to a context of `max_model_len`.
+
+    Both shrink by max_model_len / REFERENCE_CONTEXT when that is below 1 (a longer context
+    keeps the workload's own lengths), round to the nearest token (≥ 1), then the prompt is
+    cut to max_model_len − 2 and the output to max_model_len − 1 − prompt.
+    """
+    if isinstance(max_model_len, bool) or not isinstance(max_model_len, int):
+        raise ValueError(f"max_model_len must be an integer, got {max_model_len!r}")
+    if max_model_len < 3:
+        raise ValueError(f"max_model_len must be at least 3 tokens, got {max_model_len}")
+    factor = min(1.0, max_model_len / REFERENCE_CONTEXT)
+    scaled_prompt = np.maximum(np.rint(prompt * factor), 1).astype(np.int64)
+    scaled_output = np.maximum(np.rint(output * factor), 1).astype(np.int64)
+    scaled_prompt = np.minimum(scaled_prompt, max_model_len - 2)
+    return scaled_prompt, np.minimum(scaled_output, max_model_len - 1 - scaled_prompt)
+
+
+def _prompt_stream(seed: int) -> np.random.Generator:
+    """The prompt-id stream of `seed`: a fifth child of its SeedSequence (the workload
+    generator uses the first four), so prompts never change lengths or arrivals."""
+    return np.random.default_rng(np.random.SeedSequence(seed).spawn(5)[4])
+
+
+def request_body(
+    planned: PlannedRequest, model: str, *, xargs: bool = True, priority: bool = False
+) -> dict[str, Any]:
+    """The JSON body of `planned` for an OpenAI-compatible `/v1/completions` endpoint.
+
+    `xargs` adds vLLM's own fields: the SLO as `vllm_xargs` (`ttft_ms`, `tbt_ms`, `protected`
+    0/1, `tier` when it has one) and `return_token_ids` (each chunk then says how many tokens
+    it carries: vLLM merges tokens into one chunk when the client lags). `priority` sets vLLM's
+    `priority` to the TTFT deadline in ms after the run start (smaller runs sooner under
+    `--scheduling-policy priority`).
+    """
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": list(planned.prompt_ids),
+        "max_tokens": planned.max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0.0,
+    }
+    if xargs:
+        body["vllm_xargs"] = slo_xargs(planned.slo)
+        body["return_token_ids"] = True
+    if priority:
+        body["priority"] = round(planned.ttft_deadline * 1000.0)
+    return body
+
+
+def slo_xargs(slo: SLO) -> dict[str, str | int | float]:
+    """`slo` as the `vllm_xargs` keys the adapter reads (milliseconds, rounded to 1 µs)."""
+    xargs: dict[str, str | int | float] = {
+        "ttft_ms": round(slo.ttft * 1000.0, 3),
+        "tbt_ms": round(slo.tbt * 1000.0, 3),
+        "protected": int(slo.protected),
+    }
+    if slo.tier is not None:
+        xargs["tier"] = slo.tier
+    return xargs
+
+
+def workload_with(workload: WorkloadConfig, num_requests: int | None) -> WorkloadConfig:
+    """`workload` with `num_requests` requests (None: unchanged)."""
+    if num_requests is None:
+        return workload
+    return dataclasses.replace(workload, num_requests=num_requests)

@@ -1,0 +1,135 @@
+"""The `bench` command: an SLO load generator for any OpenAI-compatible streaming server."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from slidingserve import config as cfg
+
+if TYPE_CHECKING:
+    from slidingserve.bench import BenchConfig
+
+DEFAULT_REQUESTS = 200
+INTERRUPTED = 130  # exit status after Ctrl-C, as a shell reports it
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def add_bench_command(commands: Any) -> None:
+    """Add `bench` to the `slidingserve` subcommands."""
+    bench = commands.add_parser(
+        "bench",
+        help="replay a workload against an OpenAI-compatible server: latencies, SLO violations",
+        description=(
+            "Sends the simulator's workload (lengths scaled to the model's context) to URL's "
+            "/v1/completions as streamed requests with their SLO in vllm_xargs, and reports "
+            "TTFT/TPOT/ITL/e2e, SLO violations and goodput. Ctrl-C stops it and still writes "
+            "what was measured."
+        ),
+    )
+    bench.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
+    bench.add_argument("--model", help="served model name (default: the first of /v1/models)")
+    bench.add_argument("--workload", default="sharegpt", help="sharegpt, arxiv, mixed-v1, ...")
+    bench.add_argument("--rate", type=_positive, default=1.0, help="requests/s (default 1)")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--requests", type=int, help=f"requests to send ({DEFAULT_REQUESTS})")
+    bench.add_argument(
+        "--duration", type=_positive, default=600.0, help="stop sending after S seconds (600)"
+    )
+    bench.add_argument("--timeout", type=_positive, default=300.0, help="seconds per request (300)")
+    bench.add_argument("--max-model-len", type=int, help="context (default: from /v1/models)")
+    bench.add_argument("--vocab-size", type=int, default=1000, help="prompt ids < this (1000)")
+    bench.add_argument(
+        "--no-xargs", action="store_true", help="send neither vllm_xargs nor return_token_ids"
+    )
+    bench.add_argument(
+        "--priority-from-slo",
+        action="store_true",
+        help="send vLLM's priority = TTFT deadline in ms (server: --scheduling-policy priority)",
+    )
+    _add_workload_flags(bench)
+    bench.add_argument("--out", type=Path, default=Path("results/bench/bench.json"))
+    bench.add_argument("--no-plot", action="store_true", help="no PNG beside the JSON")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bench.set_defaults(handler=run_bench_command)
+
+
+def _add_workload_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("workload (override the --config file's [workload])")
+    group.add_argument("--config", type=Path, help="TOML settings file (see README)")
+    group.add_argument("--arrival", help="arrival process: poisson or gamma")
+    group.add_argument("--burstiness", type=float, help="CV of gamma inter-arrival gaps")
+    group.add_argument(
+        "--overload",
+        metavar="START:DURATION:FACTOR",
+        help="transient overload: rate × FACTOR from START for DURATION seconds",
+    )
+    group.add_argument("--slo", help="SLO preset: strict or relaxed")
+    group.add_argument("--slo-scale", type=float, help="multiply every SLO target")
+    group.add_argument("--tiers", help="SLO tier preset (premium-standard, interactive-batch)")
+    group.add_argument("--trace-dir", help="read request lengths from these trace CSVs")
+
+
+def bench_config(args: argparse.Namespace) -> BenchConfig:
+    """The `BenchConfig` of parsed `bench` arguments (ValueError for bad settings)."""
+    from slidingserve.bench import BenchConfig
+
+    settings = cfg.load_settings(args.config)
+    cfg.override(
+        settings,
+        "workload",
+        requests=args.requests,
+        arrival=args.arrival,
+        burstiness=args.burstiness,
+        overload=parse_overload(args.overload),
+        slo=args.slo,
+        slo_scale=args.slo_scale,
+        trace_dir=args.trace_dir,
+        tiers=args.tiers,
+    )
+    return BenchConfig(
+        url=args.url,
+        workload=cfg.workload_config(settings, args.workload, DEFAULT_REQUESTS),
+        rate=args.rate,
+        model=args.model,
+        seed=args.seed,
+        vocab_size=args.vocab_size,
+        max_model_len=args.max_model_len,
+        max_duration=args.duration,
+        request_timeout=args.timeout,
+        xargs=not args.no_xargs,
+        priority_from_slo=args.priority_from_slo,
+        progress=not args.no_progress,
+    )
+
+
+def parse_overload(text: str | None) -> dict[str, float] | None:
+    """`START:DURATION:FACTOR` as the [workload.overload] table."""
+    if text is None:
+        return None
+    try:
+        start, duration, factor = (float(part) for part in text.split(":"))
+    except ValueError:
+        raise ValueError(f"--overload expects START:DURATION:FACTOR, got {text!r}") from None
+    return {"start": start, "duration": duration, "factor": factor}
+
+
+def run_bench_command(args: argparse.Namespace) -> int:
+    """Run, print the summary, write the JSON (and PNG); 130 when stopped by Ctrl-C."""
+    from slidingserve.bench import format_summary, plot_bench, run_bench, write_bench_json
+
+    result = run_bench(bench_config(args))
+    print(format_summary(result))
+    written = [write_bench_json(result, args.out)]
+    if not args.no_plot:
+        written.append(plot_bench(result, args.out.with_suffix(".png")))
+    print("\nwrote " + ", ".join(str(path) for path in written))
+    return INTERRUPTED if result.summary.interrupted else 0
