@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slidingserve import __version__
+from slidingserve.cli_bench import add_bench_command
 from slidingserve.cli_commands import run_goodput, run_list, run_predictor, run_simulate
 from slidingserve.cli_engine import add_engine_commands
 from slidingserve.engines.vllm.runtime import VllmMissingError
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="policies, workloads, models, GPUs, SLO presets")
     listing.set_defaults(handler=run_list)
     add_engine_commands(commands)
+    add_bench_command(commands)
     return parser
 
 
