@@ -127,9 +127,9 @@ def run_bench_command(args: argparse.Namespace) -> int:
     from slidingserve.bench import format_summary, plot_bench, run_bench, write_bench_json
 
     result = run_bench(bench_config(args))
-    print(format_summary(result))
     written = [write_bench_json(result, args.out)]
     if not args.no_plot:
         written.append(plot_bench(result, args.out.with_suffix(".png")))
+    print(format_summary(result))
     print("\nwrote " + ", ".join(str(path) for path in written))
     return INTERRUPTED if result.summary.interrupted else 0
