@@ -5,13 +5,15 @@ SLOs are scaled to this machine first: a light run measures the unloaded time pe
 token, and the SLO presets are scaled so that the TBT target is `tbt_headroom` times it, so
 the comparison sits where scheduling matters (at low load every policy meets such SLOs).
 Each policy then runs at the given fixed rates and, optionally, a goodput search (the
-highest rate with ≤ 1% violating requests) on the same server.
+highest rate with ≤ 1% violating requests) on the same server; the search judges each rate
+by the median of `search_repeats` runs with different seeds, since a live run is noisy.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+import statistics
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +36,7 @@ class LiveSettings:
     seed: int = 0
     slo_scale: float | None = None  # None: calibrate on this machine
     tbt_headroom: float = 3.0  # TBT target = this × the unloaded time per output token
+    search_repeats: int = 3  # runs per rate in the goodput search; their median decides
     max_num_batched_tokens: int = 256
     max_num_seqs: int = 64
     search: SearchSettings = SearchSettings(precision=0.1)
@@ -141,15 +144,26 @@ def _spec(settings: LiveSettings, policy: str) -> ServerSpec:
     )
 
 
+def median_violation(fractions: Iterable[float]) -> float:
+    """The median of repeated live runs at one rate: one noisy run (1% of 200 requests is
+    two) must not decide the goodput search alone."""
+    return statistics.median(fractions)
+
+
 def _bench(
-    settings: LiveSettings, url: str, rate: float, scale: float, spec: ServerSpec
+    settings: LiveSettings,
+    url: str,
+    rate: float,
+    scale: float,
+    spec: ServerSpec,
+    seed: int | None = None,
 ) -> BenchResult:
     return run_bench(
         BenchConfig(
             url,
             settings.workload_config(scale),
             rate=rate,
-            seed=settings.seed,
+            seed=settings.seed if seed is None else seed,
             priority_from_slo=spec.is_builtin and spec.builtin == "priority",
             progress=False,
         )
@@ -174,7 +188,12 @@ def _search(
     settings: LiveSettings, url: str, scale: float, spec: ServerSpec, rates: Sequence[float]
 ) -> GoodputEstimate:
     def violation_at(rate: float) -> float:
-        return _bench(settings, url, rate, scale, spec).summary.violations.overall
+        return median_violation(
+            _bench(
+                settings, url, rate, scale, spec, seed=settings.seed + repeat
+            ).summary.violations.overall
+            for repeat in range(settings.search_repeats)
+        )
 
     start = min(rates) if rates else 1.0
     return search_goodput(violation_at, start, settings.search)

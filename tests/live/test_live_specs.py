@@ -43,3 +43,10 @@ def test_table_lists_every_run_and_the_searched_goodput() -> None:
     assert lines[0].split()[:3] == ["policy", "rate", "viol%"]
     assert "14.00" in lines[2] and lines[2].split()[2] == "0.5"
     assert lines[3].rstrip().endswith("-")  # no search for vllm:fcfs
+
+
+def test_a_single_noisy_run_does_not_decide_a_rate() -> None:
+    from slidingserve.live.compare import median_violation
+
+    assert median_violation([0.0, 0.04, 0.0]) == 0.0  # one run lost 8 of 200 requests
+    assert median_violation([0.02, 0.03, 0.0]) == 0.02
