@@ -11,6 +11,7 @@ from slidingserve import __version__
 from slidingserve.cli_bench import add_bench_command
 from slidingserve.cli_commands import run_goodput, run_list, run_predictor, run_simulate
 from slidingserve.cli_engine import add_engine_commands
+from slidingserve.cli_flags import add_workload_flags
 from slidingserve.engines.vllm.runtime import VllmMissingError
 
 
@@ -35,18 +36,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-num-batched-tokens", type=int, help="engine token budget (2048)")
     group.add_argument("--max-num-seqs", type=int, help="engine batch-size cap (256)")
     group.add_argument("--requests", type=int, help="requests per simulated run")
-    group.add_argument("--arrival", help="arrival process: poisson or gamma")
-    group.add_argument("--burstiness", type=float, help="CV of gamma inter-arrival gaps")
-    group.add_argument(
-        "--overload",
-        metavar="START:DURATION:FACTOR",
-        help="transient overload: rate × FACTOR from START for DURATION seconds",
-    )
-    group.add_argument("--slo", help="SLO preset: strict or relaxed")
-    group.add_argument("--slo-scale", type=float, help="multiply every SLO target")
-    group.add_argument("--trace-dir", help="read request lengths from these trace CSVs")
+    add_workload_flags(group)
     group.add_argument("--tbt-reading", help="TBT violations: cumulative or per-gap")
-    group.add_argument("--tiers", help="SLO tier preset (premium-standard, interactive-batch)")
     group.add_argument(
         "--set",
         action="append",

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slidingserve import config as cfg
+from slidingserve.cli_flags import add_workload_flags, workload_flags
 
 if TYPE_CHECKING:
     from slidingserve.bench import BenchConfig
@@ -65,17 +66,7 @@ def add_bench_command(commands: Any) -> None:
 def _add_workload_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("workload (override the --config file's [workload])")
     group.add_argument("--config", type=Path, help="TOML settings file (see README)")
-    group.add_argument("--arrival", help="arrival process: poisson or gamma")
-    group.add_argument("--burstiness", type=float, help="CV of gamma inter-arrival gaps")
-    group.add_argument(
-        "--overload",
-        metavar="START:DURATION:FACTOR",
-        help="transient overload: rate × FACTOR from START for DURATION seconds",
-    )
-    group.add_argument("--slo", help="SLO preset: strict or relaxed")
-    group.add_argument("--slo-scale", type=float, help="multiply every SLO target")
-    group.add_argument("--tiers", help="SLO tier preset (premium-standard, interactive-batch)")
-    group.add_argument("--trace-dir", help="read request lengths from these trace CSVs")
+    add_workload_flags(group)
 
 
 def bench_config(args: argparse.Namespace) -> BenchConfig:
@@ -83,18 +74,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
     from slidingserve.bench import BenchConfig
 
     settings = cfg.load_settings(args.config)
-    cfg.override(
-        settings,
-        "workload",
-        requests=args.requests,
-        arrival=args.arrival,
-        burstiness=args.burstiness,
-        overload=parse_overload(args.overload),
-        slo=args.slo,
-        slo_scale=args.slo_scale,
-        trace_dir=args.trace_dir,
-        tiers=args.tiers,
-    )
+    cfg.override(settings, "workload", **workload_flags(args))
     return BenchConfig(
         url=args.url,
         workload=cfg.workload_config(settings, args.workload, DEFAULT_REQUESTS),
@@ -109,17 +89,6 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
         priority_from_slo=args.priority_from_slo,
         progress=not args.no_progress,
     )
-
-
-def parse_overload(text: str | None) -> dict[str, float] | None:
-    """`START:DURATION:FACTOR` as the [workload.overload] table."""
-    if text is None:
-        return None
-    try:
-        start, duration, factor = (float(part) for part in text.split(":"))
-    except ValueError:
-        raise ValueError(f"--overload expects START:DURATION:FACTOR, got {text!r}") from None
-    return {"start": start, "duration": duration, "factor": factor}
 
 
 def run_bench_command(args: argparse.Namespace) -> int:

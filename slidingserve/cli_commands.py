@@ -9,6 +9,7 @@ from typing import Any
 from tqdm import tqdm
 
 from slidingserve import config as cfg
+from slidingserve.cli_flags import workload_flags
 from slidingserve.eval.experiment import GoodputExperiment, run_experiment, task_count
 from slidingserve.eval.report import (
     describe_setup,
@@ -38,32 +39,9 @@ def settings_from(args: argparse.Namespace) -> cfg.Settings:
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_num_seqs=args.max_num_seqs,
     )
-    cfg.override(
-        settings,
-        "workload",
-        requests=args.requests,
-        arrival=args.arrival,
-        burstiness=args.burstiness,
-        overload=_overload(args.overload),
-        slo=args.slo,
-        slo_scale=args.slo_scale,
-        trace_dir=args.trace_dir,
-        tbt_reading=args.tbt_reading,
-        tiers=args.tiers,
-    )
+    cfg.override(settings, "workload", tbt_reading=args.tbt_reading, **workload_flags(args))
     cfg.parse_assignments(args.set, settings)
     return settings
-
-
-def _overload(text: str | None) -> dict[str, float] | None:
-    if text is None:
-        return None
-    parts = text.split(":")
-    try:
-        start, duration, factor = (float(part) for part in parts)
-    except ValueError:
-        raise ValueError(f"--overload expects START:DURATION:FACTOR, got {text!r}") from None
-    return {"start": start, "duration": duration, "factor": factor}
 
 
 def run_simulate(args: argparse.Namespace) -> int:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from slidingserve.cli_bench import add_bench_command, bench_config, parse_overload
+from slidingserve.cli_bench import add_bench_command, bench_config
+from slidingserve.cli_flags import parse_overload
 from slidingserve.sim.workloads import OverloadWindow
 
 

@@ -120,4 +120,7 @@ def scale_arrivals(
     before = unit_times / rate
     inside = overload.start + (unit_times - at_start) / (overload.factor * rate)
     after = overload.end + (unit_times - at_end) / rate
-    return np.where(unit_times < at_start, before, np.where(unit_times < at_end, inside, after))
+    times = np.where(unit_times < at_start, before, np.where(unit_times < at_end, inside, after))
+    # The first event is the run's start even when Λ underflows for a denormal window.
+    scaled: npt.NDArray[np.float64] = np.where(unit_times == 0.0, 0.0, times)
+    return scaled
