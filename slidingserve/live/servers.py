@@ -11,7 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,15 +89,26 @@ def free_port() -> int:
 @contextlib.contextmanager
 def running_server(spec: ServerSpec, log: Path) -> Iterator[str]:
     """The base URL of a server started for `spec`; it is stopped on exit, whatever happens."""
-    port = free_port()
     env = server_environment(ttft_ms=spec.ttft_ms, tbt_ms=spec.tbt_ms)
+    with serving(spec.command, env, log) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def serving(
+    command_for: Callable[[int], list[str]], env: dict[str, str], log: Path
+) -> Iterator[str]:
+    """Start `command_for(port)` on a free local port with this package importable, wait for
+    /health, yield its base URL; SIGTERM then SIGKILL on exit. Output goes to `log`."""
+    port = free_port()
+    env = dict(env)
     source_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [source_root, env.get("PYTHONPATH")]))
     base = f"http://127.0.0.1:{port}"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            spec.command(port), env=env, stdout=sink, stderr=subprocess.STDOUT,
+            command_for(port), env=env, stdout=sink, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
     try:

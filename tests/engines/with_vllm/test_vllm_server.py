@@ -6,13 +6,7 @@ server's process group is killed at the end whatever happens.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import socket
-import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,10 +17,9 @@ import pytest
 
 vllm = pytest.importorskip("vllm", minversion="0.32")
 
-import slidingserve  # noqa: E402
 from slidingserve.engines.vllm.server import server_command, server_environment  # noqa: E402
+from slidingserve.live.servers import serving  # noqa: E402
 
-STARTUP_TIMEOUT = 240.0  # seconds; about 30 s on two busy cores
 REQUEST_TIMEOUT = 60.0
 MAX_TOKENS = 8
 ENGINE_ARGS = [
@@ -42,67 +35,19 @@ class Reply(NamedTuple):
     events: list[dict[str, object]]  # the JSON events of a stream, or the one JSON body
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def get_status(url: str) -> int | None:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            status: int = response.status
-            return status
-    except (urllib.error.URLError, OSError):
-        return None
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the API server, which shuts its engine down; after 30 s, or once it is gone,
-    SIGKILL to whatever is left of its process group."""
-    if process.poll() is None:
-        process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=30)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The base URL of a running server scheduled by SlidingServe."""
-    port = free_port()
-    command = server_command(
-        str(tiny_model), "slidingserve", port=port, ttft_ms=1500, tbt_ms=100,
-        extra_vllm_args=ENGINE_ARGS,
-    )  # fmt: skip
-    env = server_environment(ttft_ms=1500, tbt_ms=100)
-    source_root = str(Path(slidingserve.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [source_root, env.get("PYTHONPATH")]))
     log = tmp_path_factory.mktemp("server") / "server.log"
-    base = f"http://127.0.0.1:{port}"
-    start = time.perf_counter()
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            command, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        while get_status(f"{base}/health") != 200:
-            if process.poll() is not None:
-                pytest.fail(f"server exited with {process.returncode}:\n{tail(log)}")
-            if time.perf_counter() - start > STARTUP_TIMEOUT:
-                pytest.fail(f"server not up after {STARTUP_TIMEOUT:.0f} s:\n{tail(log)}")
-            time.sleep(0.5)
-        print(f"\nserver up in {time.perf_counter() - start:.1f} s")
+
+    def command(port: int) -> list[str]:
+        return server_command(
+            str(tiny_model), "slidingserve", port=port, ttft_ms=1500, tbt_ms=100,
+            extra_vllm_args=ENGINE_ARGS,
+        )  # fmt: skip
+
+    with serving(command, server_environment(ttft_ms=1500, tbt_ms=100), log) as base:
         yield base
-    finally:
-        stop(process)
-
-
-def tail(log: Path, lines: int = 40) -> str:
-    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
 def post(base: str, path: str, body: dict[str, object]) -> Reply:
