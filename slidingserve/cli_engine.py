@@ -52,7 +52,7 @@ def add_engine_commands(commands: Any) -> None:
     compare.add_argument("--rates", type=float, nargs="+", default=[8.0], help="fixed loads")
     compare.add_argument("--search", action="store_true", help="also search each goodput")
     compare.add_argument(
-        "--search-repeats", type=int, default=3, help="runs per rate in the search (median)"
+        "--repeats", type=int, default=3, help="runs per rate, fixed or searched (median)"
     )
     compare.add_argument("--workload", default="sharegpt")
     compare.add_argument("--requests", type=int, default=200, help="requests per run")
@@ -123,7 +123,7 @@ def run_compare(args: argparse.Namespace) -> int:
         args.requests,
         args.seed,
         args.slo_scale,
-        search_repeats=args.search_repeats,
+        repeats=args.repeats,
         out_dir=args.out_dir,
     )
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]

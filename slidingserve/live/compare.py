@@ -5,8 +5,10 @@ SLOs are scaled to this machine first: a light run measures the unloaded time pe
 token, and the SLO presets are scaled so that the TBT target is `tbt_headroom` times it, so
 the comparison sits where scheduling matters (at low load every policy meets such SLOs).
 Each policy then runs at the given fixed rates and, optionally, a goodput search (the
-highest rate with ≤ 1% violating requests) on the same server; the search judges each rate
-by the median of `search_repeats` runs with different seeds, since a live run is noisy.
+highest rate with ≤ 1% violating requests) on the same server. A live run is noisy (one
+stall of the shared CPU can make a dozen requests late), so every rate, fixed or searched,
+is run `repeats` times with seeds `seed`, `seed + 1`, …: a fixed rate reports the run with
+the median violation rate (and all the runs' rates), the search judges by that median.
 """
 
 from __future__ import annotations
@@ -36,11 +38,17 @@ class LiveSettings:
     seed: int = 0
     slo_scale: float | None = None  # None: calibrate on this machine
     tbt_headroom: float = 3.0  # TBT target = this × the unloaded time per output token
-    search_repeats: int = 3  # runs per rate in the goodput search; their median decides
+    repeats: int = 3  # runs per rate (seeds seed, seed + 1, ...); their median decides
     max_num_batched_tokens: int = 256
     max_num_seqs: int = 64
     search: SearchSettings = SearchSettings(precision=0.1)
     out_dir: Path = Path("results/live")
+
+    def __post_init__(self) -> None:
+        for name in ("requests", "repeats"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
     def workload_config(self, scale: float) -> WorkloadConfig:
         return WorkloadConfig(self.workload, self.requests, slo_scale=scale)
@@ -58,6 +66,7 @@ class LiveRow:
     goodput: float  # req/s meeting every deadline, this run
     goodput_vllm: float  # req/s meeting TTFT and TPOT, vLLM's --goodput sense
     failed: int  # requests that ended in an error
+    violation_runs: tuple[float, ...] = ()  # every repeat's violation rate, sorted
 
 
 @dataclass(frozen=True)
@@ -86,7 +95,12 @@ def compare(
             if scale is None:
                 scale = calibrate(settings, url)
                 say(f"SLO scale for this machine: {scale:.3f}")
-            rows += [_row(spec.policy, _bench(settings, url, rate, scale, spec)) for rate in rates]
+            for rate in rates:
+                runs = [
+                    _bench(settings, url, rate, scale, spec, seed=settings.seed + repeat)
+                    for repeat in range(settings.repeats)
+                ]
+                rows.append(median_row(spec.policy, runs))
             if search:
                 goodput[spec.policy] = _search(settings, url, scale, spec, rates)
                 say(f"{spec.policy}: goodput {goodput[spec.policy].goodput:.2f} req/s")
@@ -115,6 +129,7 @@ def calibrate(settings: LiveSettings, url: str) -> float:
 def table(comparison: LiveComparison) -> str:
     """Policies × rates: violation rates and goodput; the searched goodput when there is one."""
     header = ["policy", "rate", "viol%", "ttft%", "tbt%", "goodput", "goodput(vLLM)", "failed"]
+    header += ["viol% of each run"]
     header += ["searched goodput"] if comparison.goodput else []
     rows = []
     for row in comparison.rows:
@@ -127,6 +142,7 @@ def table(comparison: LiveComparison) -> str:
             f"{row.goodput:.2f}",
             f"{row.goodput_vllm:.2f}",
             str(row.failed),
+            " ".join(f"{100 * fraction:.1f}" for fraction in row.violation_runs),
         ]
         if comparison.goodput:
             estimate = comparison.goodput.get(row.policy)
@@ -170,6 +186,17 @@ def _bench(
     )
 
 
+def median_row(policy: str, runs: Sequence[BenchResult]) -> LiveRow:
+    """The row of the run with the median violation rate (the upper one of an even count),
+    with every run's violation rate beside it."""
+    if not runs:
+        raise ValueError("median_row needs at least one run")
+    ordered = sorted(runs, key=lambda run: run.summary.violations.overall)
+    row = _row(policy, ordered[len(ordered) // 2])
+    violations = tuple(run.summary.violations.overall for run in ordered)
+    return dataclasses.replace(row, violation_runs=violations)
+
+
 def _row(policy: str, result: BenchResult) -> LiveRow:
     summary = result.summary
     return LiveRow(
@@ -192,7 +219,7 @@ def _search(
             _bench(
                 settings, url, rate, scale, spec, seed=settings.seed + repeat
             ).summary.violations.overall
-            for repeat in range(settings.search_repeats)
+            for repeat in range(settings.repeats)
         )
 
     start = min(rates) if rates else 1.0

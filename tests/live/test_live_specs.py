@@ -50,3 +50,28 @@ def test_a_single_noisy_run_does_not_decide_a_rate() -> None:
 
     assert median_violation([0.0, 0.04, 0.0]) == 0.0  # one run lost 8 of 200 requests
     assert median_violation([0.02, 0.03, 0.0]) == 0.02
+
+
+def test_a_fixed_rate_reports_its_median_run_and_every_runs_rate() -> None:
+    from types import SimpleNamespace
+
+    from slidingserve.live.compare import median_row
+
+    def run(violation: float, goodput: float) -> SimpleNamespace:
+        violations = SimpleNamespace(overall=violation, ttft=violation / 2, tbt=violation)
+        summary = SimpleNamespace(
+            violations=violations, goodput=goodput, goodput_vllm=goodput, failed=0
+        )
+        return SimpleNamespace(summary=summary, config=SimpleNamespace(rate=32.0))
+
+    row = median_row("qoserve", [run(0.15, 20.0), run(0.0, 31.0), run(0.05, 28.0)])  # type: ignore[list-item]
+    assert (row.violation_rate, row.goodput) == (0.05, 28.0)
+    assert row.violation_runs == (0.0, 0.05, 0.15)
+    with pytest.raises(ValueError, match="at least one run"):
+        median_row("qoserve", [])
+
+
+@pytest.mark.parametrize("field", ["requests", "repeats"])
+def test_settings_refuse_counts_below_one(field: str) -> None:
+    with pytest.raises(ValueError, match=f"{field} must be a positive integer"):
+        LiveSettings("/m", **{field: 0})
