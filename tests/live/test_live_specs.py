@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -75,5 +76,6 @@ def test_a_fixed_rate_reports_its_median_run_and_every_runs_rate() -> None:
 
 @pytest.mark.parametrize("field", ["requests", "repeats"])
 def test_settings_refuse_counts_below_one(field: str) -> None:
+    changes: dict[str, Any] = {field: 0}
     with pytest.raises(ValueError, match=f"{field} must be a positive integer"):
-        dataclasses.replace(LiveSettings("/m"), **{field: 0})
+        dataclasses.replace(LiveSettings("/m"), **changes)
