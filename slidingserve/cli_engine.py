@@ -37,13 +37,32 @@ def add_engine_commands(commands: Any) -> None:
     profile.add_argument("--seed", type=int, default=0)
     profile.add_argument("--repeats", type=int, default=3, help="rounds of profiling traffic")
     profile.add_argument("--max-num-batched-tokens", type=int, default=256)
+    profile.add_argument("--max-num-seqs", type=int, default=64)
+    profile.add_argument(
+        "--live",
+        action="store_true",
+        help="time a served engine's whole step periods under bench traffic instead of "
+        "offline model steps (what compare --simulate needs)",
+    )
+    profile.add_argument(
+        "--steps-out",
+        type=Path,
+        help="also write every timed step and the engine's facts (--live: default steps.json)",
+    )
     profile.set_defaults(handler=run_profile)
 
     compare = commands.add_parser(
         "compare",
         help="policies side by side on live vLLM servers (ours and vLLM's fcfs/priority)",
     )
-    compare.add_argument("--model", required=True)
+    source = compare.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="model folder: start a live server per policy")
+    source.add_argument(
+        "--simulate",
+        type=Path,
+        metavar="STEPS",
+        help="predict instead: simulate the engine of `profile --live --steps-out STEPS`",
+    )
     compare.add_argument(
         "--policies",
         default="slidingserve,sarathi-edf,vllm:fcfs,vllm:priority",
@@ -66,6 +85,12 @@ def add_engine_commands(commands: Any) -> None:
     )
     tiny.add_argument("--out", type=Path, required=True)
     tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument(
+        "--size",
+        default="tiny",
+        choices=["tiny", "small"],
+        help="tiny: 2 layers × 256; small: 4 layers × 512, ~10× the compute (engine-bound)",
+    )
     tiny.set_defaults(handler=run_tiny_model)
 
 
@@ -90,21 +115,43 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_profile(args: argparse.Namespace) -> int:
-    from slidingserve.engines.vllm.profiling import profile_engine
     from slidingserve.predictor import PredictorMetadata, save_predictor
+    from slidingserve.sim.hardware.profiled import save_engine_steps
+    from slidingserve.sim.profiling import fit_batches
 
-    profile = profile_engine(
-        args.model,
-        seed=args.seed,
-        repeats=args.repeats,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-    )
-    fit = profile.fit
-    print(
-        f"{len(profile.batches)} engine steps timed; held-out accuracy of the fitted predictor:\n"
-    )
+    if args.live:
+        from slidingserve.live.compare import LiveSettings
+        from slidingserve.live.profiling import profile_server
+
+        steps_out = args.steps_out or Path("steps.json")
+        settings = LiveSettings(
+            args.model,
+            seed=args.seed,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            max_num_seqs=args.max_num_seqs,
+            out_dir=steps_out.parent,
+        )
+        steps = profile_server(settings, steps_out)
+        hardware = "vllm-cpu-served"
+        print(f"wrote {steps_out}; predict a comparison: slidingserve compare --simulate FILE")
+    else:
+        from slidingserve.engines.vllm.profiling import profile_engine
+
+        steps = profile_engine(
+            args.model,
+            seed=args.seed,
+            repeats=args.repeats,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            max_num_seqs=args.max_num_seqs,
+        ).steps
+        hardware = "vllm-cpu"
+        if args.steps_out is not None:
+            save_engine_steps(args.steps_out, steps)
+            print(f"wrote {args.steps_out}")
+    fit = fit_batches(list(steps.batches), args.seed)
+    print(f"{len(steps.batches)} engine steps timed; held-out accuracy of the fitted predictor:\n")
     print(fit.validation.format_table())
-    metadata = PredictorMetadata.from_fit(fit, Path(args.model).name, "vllm-cpu")
+    metadata = PredictorMetadata.from_fit(fit, Path(args.model).name, hardware)
     save_predictor(args.out, fit.predictor, metadata)
     print(
         f"\nwrote {args.out}; serve with: slidingserve serve --model {args.model} "
@@ -118,7 +165,7 @@ def run_compare(args: argparse.Namespace) -> int:
     from slidingserve.live.compare import LiveSettings, compare, table
 
     settings = LiveSettings(
-        args.model,
+        args.model or "",
         args.workload,
         args.requests,
         args.seed,
@@ -127,20 +174,29 @@ def run_compare(args: argparse.Namespace) -> int:
         out_dir=args.out_dir,
     )
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    result = compare(settings, policies, args.rates, search=args.search)
+    if args.simulate is not None:
+        from slidingserve.live.simulated import simulate_comparison
+        from slidingserve.sim.hardware.profiled import load_engine_steps
+
+        steps = load_engine_steps(args.simulate)
+        result = simulate_comparison(steps, settings, policies, args.rates, search=args.search)
+        where, name = f"simulated {steps.engine}", "compare-simulated.json"
+    else:
+        result = compare(settings, policies, args.rates, search=args.search)
+        where, name = f"live {args.model}", "compare.json"
     print(
-        f"\n{args.workload}, {args.requests} requests a run, seed {args.seed}, SLO scale "
-        f"{result.slo_scale:.3f} (strict preset), violations by cumulative deadlines\n"
+        f"\n{where}: {args.workload}, {args.requests} requests a run, seed {args.seed}, SLO "
+        f"scale {result.slo_scale:.3f} (strict preset), violations by cumulative deadlines\n"
     )
     print(table(result))
-    write_json(args.out_dir / "compare.json", result)
-    print(f"\nwrote {args.out_dir / 'compare.json'}")
+    write_json(args.out_dir / name, result)
+    print(f"\nwrote {args.out_dir / name}")
     return 0
 
 
 def run_tiny_model(args: argparse.Namespace) -> int:
     from slidingserve.engines.vllm.tiny_model import make_tiny_llama
 
-    path = make_tiny_llama(args.out, seed=args.seed)
+    path = make_tiny_llama(args.out, seed=args.seed, size=args.size)
     print(json.dumps({"model": str(path)}))
     return 0

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from slidingserve.core.request import SLO
+from slidingserve.core.request import SLO, Request
 from slidingserve.sim.workloads import WorkloadConfig, generate_requests
 
 if TYPE_CHECKING:
@@ -57,21 +57,32 @@ def plan_requests(
         raise ValueError(f"vocab_size must be an integer, got {vocab_size!r}")
     if vocab_size <= FIRST_TOKEN_ID:
         raise ValueError(f"vocab_size must be over {FIRST_TOKEN_ID}, got {vocab_size}")
+    ids = _prompt_stream(seed)
+    return [
+        PlannedRequest(
+            request.request_id,
+            request.arrival,
+            tuple(ids.integers(FIRST_TOKEN_ID, vocab_size, size=request.prompt_len).tolist()),
+            request.output_len,
+            request.slo,
+        )
+        for request in scaled_requests(workload, rate, seed, max_model_len)
+    ]
+
+
+def scaled_requests(
+    workload: WorkloadConfig, rate: float, seed: int, max_model_len: int
+) -> list[Request]:
+    """The workload's requests at `rate` with lengths fitted to `max_model_len` tokens
+    (`scale_lengths`): what a bench run sends, and what a simulation of it runs."""
     requests = generate_requests(workload, rate, seed, REFERENCE_CONTEXT)
     prompt, output = scale_lengths(
         np.array([r.prompt_len for r in requests], dtype=np.int64),
         np.array([r.output_len for r in requests], dtype=np.int64),
         max_model_len,
     )
-    ids = _prompt_stream(seed)
     return [
-        PlannedRequest(
-            request.request_id,
-            request.arrival,
-            tuple(ids.integers(FIRST_TOKEN_ID, vocab_size, size=p).tolist()),
-            o,
-            request.slo,
-        )
+        Request(request.request_id, request.arrival, p, o, request.slo)
         for request, p, o in zip(requests, prompt.tolist(), output.tolist(), strict=True)
     ]
 

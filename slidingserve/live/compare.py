@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from slidingserve.bench.metrics import BenchSummary
 from slidingserve.bench.runner import BenchConfig, BenchResult, run_bench
 from slidingserve.eval.goodput import GoodputEstimate, SearchSettings, search_goodput
 from slidingserve.eval.report import format_table
@@ -97,10 +98,10 @@ def compare(
                 say(f"SLO scale for this machine: {scale:.3f}")
             for rate in rates:
                 runs = [
-                    _bench(settings, url, rate, scale, spec, seed=settings.seed + repeat)
+                    _bench(settings, url, rate, scale, spec, seed=settings.seed + repeat).summary
                     for repeat in range(settings.repeats)
                 ]
-                rows.append(median_row(spec.policy, runs))
+                rows.append(median_row(spec.policy, rate, runs))
             if search:
                 goodput[spec.policy] = _search(settings, url, scale, spec, rates)
                 say(f"{spec.policy}: goodput {goodput[spec.policy].goodput:.2f} req/s")
@@ -120,10 +121,7 @@ def calibrate(settings: LiveSettings, url: str) -> float:
             progress=False,
         )
     )
-    tpot_ms = result.summary.tpot_ms.p50
-    if not tpot_ms > 0:
-        raise RuntimeError("calibration run measured no time per output token")
-    return settings.tbt_headroom * tpot_ms / STRICT_TBT_MS
+    return scale_for_tpot(result.summary.tpot_ms.p50, settings.tbt_headroom)
 
 
 def table(comparison: LiveComparison) -> str:
@@ -186,29 +184,31 @@ def _bench(
     )
 
 
-def median_row(policy: str, runs: Sequence[BenchResult]) -> LiveRow:
+def median_row(policy: str, rate: float, runs: Sequence[BenchSummary]) -> LiveRow:
     """The row of the run with the median violation rate (the upper one of an even count),
     with every run's violation rate beside it."""
     if not runs:
         raise ValueError("median_row needs at least one run")
-    ordered = sorted(runs, key=lambda run: run.summary.violations.overall)
-    row = _row(policy, ordered[len(ordered) // 2])
-    violations = tuple(run.summary.violations.overall for run in ordered)
-    return dataclasses.replace(row, violation_runs=violations)
-
-
-def _row(policy: str, result: BenchResult) -> LiveRow:
-    summary = result.summary
+    ordered = sorted(runs, key=lambda run: run.violations.overall)
+    median = ordered[len(ordered) // 2]
     return LiveRow(
         policy,
-        result.config.rate,
-        summary.violations.overall,
-        summary.violations.ttft,
-        summary.violations.tbt,
-        summary.goodput,
-        summary.goodput_vllm,
-        summary.failed,
+        rate,
+        median.violations.overall,
+        median.violations.ttft,
+        median.violations.tbt,
+        median.goodput,
+        median.goodput_vllm,
+        median.failed,
+        tuple(run.violations.overall for run in ordered),
     )
+
+
+def scale_for_tpot(tpot_ms: float, headroom: float) -> float:
+    """The SLO scale that puts the strict preset's TBT at `headroom` × `tpot_ms`."""
+    if not tpot_ms > 0:
+        raise RuntimeError("calibration run measured no time per output token")
+    return headroom * tpot_ms / STRICT_TBT_MS
 
 
 def _search(

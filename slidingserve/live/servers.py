@@ -40,12 +40,15 @@ class ServerSpec:
     max_num_batched_tokens: int = 256
     max_num_seqs: int = 64
     extra_args: tuple[str, ...] = field(default=())
+    steps_out: Path | None = None  # ours only: the engine's step periods, written at shutdown
 
     def __post_init__(self) -> None:
         if self.is_builtin:
             if self.builtin not in BUILTIN_POLICIES:
                 known = ", ".join(BUILTIN_PREFIX + p for p in BUILTIN_POLICIES)
                 raise ValueError(f"unknown vLLM policy {self.policy!r}; known: {known}")
+            if self.steps_out is not None:
+                raise ValueError("step periods are recorded by the adapter: not for vllm: policies")
         else:
             check_policy_name(self.policy)
 
@@ -70,6 +73,7 @@ class ServerSpec:
                 port=port,
                 ttft_ms=self.ttft_ms,
                 tbt_ms=self.tbt_ms,
+                steps_out=None if self.steps_out is None else str(self.steps_out),
                 extra_vllm_args=limits,
             )
         return [

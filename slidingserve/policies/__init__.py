@@ -14,13 +14,14 @@ from slidingserve.policies.slidingserve import (
     SlidingChunkerMlpsPolicy,
     SlidingServePolicy,
 )
-from slidingserve.policies.vllm_fcfs import VllmPolicy
+from slidingserve.policies.vllm_fcfs import VllmPolicy, VllmPriorityPolicy
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 POLICIES: dict[str, type[Policy]] = {
     VllmPolicy.name: VllmPolicy,
+    VllmPriorityPolicy.name: VllmPriorityPolicy,
     SarathiPolicy.name: SarathiPolicy,
     SarathiEdfPolicy.name: SarathiEdfPolicy,
     QoServePolicy.name: QoServePolicy,

@@ -1,4 +1,5 @@
-"""vLLM v1's default scheduling: running requests first in order, then waiting ones FCFS."""
+"""vLLM v1's own scheduling: running requests first in order, then waiting ones FCFS
+(`vllm`) or by priority (`vllm-priority`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from slidingserve.policies.base import Policy
 
 if TYPE_CHECKING:
     from slidingserve.core.plan import Plan
+    from slidingserve.core.request import Request
     from slidingserve.core.view import SchedulerView
 
 
@@ -43,3 +45,30 @@ class VllmPolicy(Policy):
                 builder.add(request, request.remaining_prefill)
         builder.add_prefills(view.waiting)
         return builder.build("fcfs")
+
+
+class VllmPriorityPolicy(VllmPolicy):
+    """vLLM's `--scheduling-policy priority` with each request's priority set to its TTFT
+    deadline, as `slidingserve bench` sends it: running requests first as in `vllm`, then
+    waiting ones by (deadline, arrival), vLLM's heap order.
+
+    vLLM preempts the lowest-priority running request when KV runs out; the simulator
+    preempts the newest one. The two agree whenever KV suffices (the CPU engine's 262k-token
+    cache) and differ only in the victim otherwise.
+    """
+
+    name = "vllm-priority"
+
+    def schedule(self, view: SchedulerView) -> Plan:
+        builder = PlanBuilder(view, self.config.max_num_batched_tokens)
+        for request in view.running:
+            if request.phase is Phase.DECODING:
+                builder.add(request, 1)
+            else:
+                builder.add(request, request.remaining_prefill)
+        builder.add_prefills(sorted(view.waiting, key=_priority))
+        return builder.build("priority")
+
+
+def _priority(request: Request) -> tuple[float, float]:
+    return request.ttft_deadline, request.arrival

@@ -62,16 +62,15 @@ def test_a_fixed_rate_reports_its_median_run_and_every_runs_rate() -> None:
 
     def run(violation: float, goodput: float) -> SimpleNamespace:
         violations = SimpleNamespace(overall=violation, ttft=violation / 2, tbt=violation)
-        summary = SimpleNamespace(
+        return SimpleNamespace(
             violations=violations, goodput=goodput, goodput_vllm=goodput, failed=0
         )
-        return SimpleNamespace(summary=summary, config=SimpleNamespace(rate=32.0))
 
-    row = median_row("qoserve", [run(0.15, 20.0), run(0.0, 31.0), run(0.05, 28.0)])  # type: ignore[list-item]
+    row = median_row("qoserve", 32.0, [run(0.15, 20.0), run(0.0, 31.0), run(0.05, 28.0)])  # type: ignore[list-item]
     assert (row.violation_rate, row.goodput) == (0.05, 28.0)
     assert row.violation_runs == (0.0, 0.05, 0.15)
     with pytest.raises(ValueError, match="at least one run"):
-        median_row("qoserve", [])
+        median_row("qoserve", 32.0, [])
 
 
 @pytest.mark.parametrize("field", ["requests", "repeats"])

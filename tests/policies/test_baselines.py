@@ -41,6 +41,20 @@ def test_vllm_budget_cuts_the_first_request_that_does_not_fit() -> None:
     ]
 
 
+def test_vllm_priority_takes_waiting_requests_by_ttft_deadline() -> None:
+    d0 = make_decoding("d0")
+    late = make_request("late", arrival=2.0, ttft=5.0, prompt=300)  # due at 7 s
+    urgent = make_request("urgent", arrival=3.0, ttft=0.5, prompt=300)  # due at 3.5 s
+    limits = EngineLimits(max_num_batched_tokens=512)
+    view, _ = make_view(now=3.0, waiting=[late, urgent], running=[d0], limits=limits)
+    chosen: dict[str, list[tuple[str, int]]] = {}
+    for name in ("vllm", "vllm-priority"):
+        plan = make_policy(name, PolicyContext(limits)).schedule(view)
+        chosen[name] = [(chunk.request.request_id, chunk.tokens) for chunk in plan.chunks]
+    assert chosen["vllm"] == [("d0", 1), ("late", 300), ("urgent", 211)]
+    assert chosen["vllm-priority"] == [("d0", 1), ("urgent", 300), ("late", 211)]
+
+
 def test_sarathi_runs_decodes_then_ongoing_then_new_prefills() -> None:
     assert plan_of("sarathi") == [("d0", 1), ("d1", 1), ("p0", 300), ("w0", 210)]
 

@@ -154,6 +154,7 @@ def test_simulator_invariants(
     biggest = max(blocks_for_tokens(r.prompt_len + r.output_len, 16) for r in requests)
     option = {
         "vllm": "max_num_batched_tokens",
+        "vllm-priority": "max_num_batched_tokens",
         "sarathi": "chunk_size",
         "sarathi-edf": "chunk_size",
         "random-chunk": "max_budget",

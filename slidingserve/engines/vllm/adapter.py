@@ -10,7 +10,8 @@ times the model step and feeds the predictor's online learner and the policy.
 
 Configuration comes through vLLM's `additional_config["slidingserve"]`:
 `policy`, `policy_options`, `ttft_ms`, `tbt_ms` (defaults for requests without SLOs),
-`predictor` (a JSON file from `slidingserve profile`), `online_learning` (default true).
+`predictor` (a JSON file from `slidingserve profile`), `online_learning` (default true),
+`steps_out` (a file to write the engine's step periods to at shutdown, see `periods.py`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import vllm
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request as EngineRequestType
 
@@ -30,6 +33,7 @@ from slidingserve.core.plan import Plan
 from slidingserve.core.request import Phase
 from slidingserve.core.view import EngineLimits, SchedulerView
 from slidingserve.engines.vllm.mirror import RequestMirror
+from slidingserve.engines.vllm.periods import PeriodRecorder
 from slidingserve.engines.vllm.slo_args import SLOArgumentError, SLODefaults, parse_slo_args
 from slidingserve.policies import Policy, PolicyContext, get_policy_class
 from slidingserve.policies.base import IterationRecord
@@ -43,6 +47,7 @@ from slidingserve.predictor import (
     load_predictor,
     random_batch_shapes,
 )
+from slidingserve.sim.hardware.profiled import MIN_STEPS
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +110,8 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         self.mirror = RequestMirror()
         self.kv_view = VllmKV(self)
         self.samples: deque[TimedBatch] = deque(maxlen=MAX_SAMPLES)
+        self.periods = PeriodRecorder(MAX_SAMPLES)
+        self.steps_out = settings.get("steps_out")
         self.step_overhead: list[float] = []  # seconds the adapter adds per step
         self.vllm_schedule_seconds: list[float] = []  # vLLM's own schedule() per step
         self.plan_mismatches = 0
@@ -145,6 +152,7 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
+        self.periods.step_started(started)
         view = self._view()
         plan = self.policy.schedule(view)
         self.last_plan = plan
@@ -155,6 +163,7 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         self._caps = None
         self._check(plan, output)
         shape = self._shape(output)
+        self.periods.step_scheduled(shape, started)
         self.vllm_schedule_seconds.append(done - planned)
         self.step_overhead.append(planned - started + time.perf_counter() - done)
         self._pending = (plan, shape, time.time(), time.perf_counter())
@@ -181,11 +190,32 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
             self.policy.on_iteration_end(IterationRecord(wall_start, seconds, plan, shape))
         self._pending = None
         self.mirror.forget_all_but(set(self.requests))
+        if not self.has_unfinished_requests():
+            self.periods.engine_idle()
+            self._save_periods()
         return result
 
     def shutdown(self) -> None:
         self.learner.stop(timeout=1.0)
+        self._save_periods()
         super().shutdown()
+
+    def _save_periods(self) -> None:
+        """Write the step periods to `steps_out`, if asked and there are enough new ones."""
+        if not self.steps_out or not self.periods.unsaved:
+            return
+        if len(self.periods.periods) < MIN_STEPS:
+            return
+        path = Path(self.steps_out)
+        model = self.vllm_config.model_config
+        self.periods.save(
+            path,
+            engine=f"{Path(str(model.model)).name} served by vllm-{vllm.__version__}",
+            max_model_len=int(model.max_model_len),
+            kv_blocks=int(self.cache_config.num_gpu_blocks),
+            limits=self.limits,
+        )
+        logger.debug("wrote %d step periods to %s", len(self.periods.periods), path)
 
     # -- steps of `schedule` ----------------------------------------------------------------
 

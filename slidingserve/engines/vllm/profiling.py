@@ -8,6 +8,7 @@ and large prefill chunks.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -18,6 +19,7 @@ from slidingserve.engines.vllm.runtime import (
     prepare_offline_process,
     require_vllm,
 )
+from slidingserve.sim.hardware.profiled import EngineSteps
 from slidingserve.sim.profiling import fit_batches
 
 if TYPE_CHECKING:
@@ -44,7 +46,11 @@ ROUNDS = (
 
 class EngineProfile(NamedTuple):
     fit: FitResult  # the predictor and its training and held-out accuracy
-    batches: list[TimedBatch]  # every timed step
+    steps: EngineSteps  # every timed step, with the engine's facts (to simulate it)
+
+    @property
+    def batches(self) -> list[TimedBatch]:
+        return list(self.steps.batches)
 
 
 def profile_engine(
@@ -53,7 +59,7 @@ def profile_engine(
     seed: int = 0,
     repeats: int = 3,
     max_num_batched_tokens: int = 256,
-    max_num_seqs: int = 32,
+    max_num_seqs: int = 64,
 ) -> EngineProfile:
     """Run `ROUNDS` `repeats` times on `model` and fit the predictor to the timed steps."""
     require_vllm()
@@ -83,4 +89,20 @@ def profile_engine(
             params = SamplingParams(max_tokens=round_.output_tokens, ignore_eos=True)
             llm.generate(prompts, params, use_tqdm=False)
     batches = list(scheduler.samples)
-    return EngineProfile(fit_batches(batches, seed), batches)
+    config = llm.llm_engine.vllm_config
+    steps = EngineSteps(
+        engine=f"{Path(model).name} on vllm-{vllm_version()}",
+        max_model_len=context,
+        kv_blocks=int(config.cache_config.num_gpu_blocks),
+        block_size=int(config.cache_config.block_size),
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        batches=tuple(batches),
+    )
+    return EngineProfile(fit_batches(batches, seed), steps)
+
+
+def vllm_version() -> str:
+    import vllm
+
+    return str(vllm.__version__)

@@ -139,9 +139,11 @@ def adapter_config(
     tbt_ms: float = DEFAULT_TBT_MS,
     predictor: str | os.PathLike[str] | None = None,
     online_learning: bool = True,
+    steps_out: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """vLLM's `additional_config` for the adapter, checked: a registered policy, a valid
-    default SLO (milliseconds), an existing predictor file, JSON-serializable options."""
+    default SLO (milliseconds), an existing predictor file, JSON-serializable options, a
+    folder for `steps_out` (the engine's step periods, written at shutdown)."""
     check_policy_name(policy)
     SLO(ttft=ttft_ms / 1000, tbt=tbt_ms / 1000)  # raises ValueError for a bad default
     predictor_path = None
@@ -149,6 +151,11 @@ def adapter_config(
         predictor_path = os.path.abspath(predictor)
         if not os.path.isfile(predictor_path):
             raise ValueError(f"predictor file {predictor_path} does not exist")
+    steps_path = None
+    if steps_out is not None:
+        steps_path = os.path.abspath(steps_out)
+        if not os.path.isdir(os.path.dirname(steps_path)):
+            raise ValueError(f"folder of {steps_path} does not exist")
     settings = {
         "policy": policy,
         "policy_options": dict(policy_options or {}),
@@ -156,6 +163,7 @@ def adapter_config(
         "tbt_ms": float(tbt_ms),
         "predictor": predictor_path,
         "online_learning": online_learning,
+        "steps_out": steps_path,
     }
     try:
         json.dumps(settings, allow_nan=False)

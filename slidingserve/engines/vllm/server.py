@@ -43,6 +43,7 @@ def server_command(
     predictor: str | None = None,
     policy_options: Mapping[str, Any] | None = None,
     online_learning: bool = True,
+    steps_out: str | None = None,
     seed: int = 0,
     extra_vllm_args: Sequence[str] = (),
     python: str = sys.executable,
@@ -50,7 +51,8 @@ def server_command(
     """The command line of a vLLM API server scheduled by `policy`.
 
     `ttft_ms` and `tbt_ms` are the SLO of requests that give none; `predictor` is a fitted
-    predictor's JSON file. `extra_vllm_args` go last, so they override the CPU defaults
+    predictor's JSON file; `steps_out` a file for the engine's step periods (at shutdown).
+    `extra_vllm_args` go last, so they override the CPU defaults
     (`--block-size 64`, `--no-enforce-eager`, ...). Raises `ValueError` for an unknown policy,
     a bad default SLO, a missing predictor file or options that are not JSON.
     """
@@ -61,6 +63,7 @@ def server_command(
         tbt_ms=tbt_ms,
         predictor=predictor,
         online_learning=online_learning,
+        steps_out=steps_out,
     )
     if not 0 < port < 65536:
         raise ValueError(f"port must be in 1..65535, got {port}")

@@ -1,19 +1,40 @@
-"""A tiny random Llama with a locally trained tokenizer, for running vLLM without downloads.
+"""Small random Llamas with a locally trained tokenizer, for running vLLM without downloads.
 
-Two layers, hidden size 256, a byte-level BPE vocabulary of about 1,000 tokens and a chat
-template: it loads in vLLM in a few seconds on a CPU and produces noise, which is all that
-scheduling tests and overhead measurements need. Building it takes 1 to 8 s and needs
+`tiny`: two layers, hidden size 256, a 512-token context; it loads in vLLM in a few seconds
+on a CPU and produces noise, which is all that scheduling tests and overhead measurements
+need. `small`: four layers, hidden size 512, grouped-query attention, a 1024-token context;
+about ten times the compute per token, so that on a CPU the engine, not the HTTP front end,
+is what saturates first under load, as on a GPU server. Both use a byte-level BPE vocabulary
+of about 1,000 tokens and a chat template. Building one takes 1 to 8 s and needs
 `transformers`, `tokenizers` and `torch` (all installed with vLLM).
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 VOCAB_SIZE = 1024
-MAX_LENGTH = 512  # tokens: the model's max_position_embeddings and the tokenizer's limit
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """The shape of a generated model."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    max_length: int  # tokens: max_position_embeddings and the tokenizer's limit
+
+
+SIZES = {
+    "tiny": ModelSize(256, 512, 2, 4, 4, 512),
+    "small": ModelSize(512, 1408, 4, 8, 4, 1024),
+}
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
@@ -28,22 +49,26 @@ _WORD_LIST = (
 WORDS = _WORD_LIST.split()  # the corpus's vocabulary
 
 
-def make_tiny_llama(out_dir: Path, seed: int = 0) -> Path:
-    """Write a random 2-layer Llama and its tokenizer to `out_dir` (created if needed), in the
-    layout `save_pretrained` uses, and return `out_dir`. The same seed gives the same files."""
+def make_tiny_llama(out_dir: Path, seed: int = 0, size: str = "tiny") -> Path:
+    """Write a random Llama of `size` (a key of `SIZES`) and its tokenizer to `out_dir`
+    (created if needed), in the layout `save_pretrained` uses, and return `out_dir`. The same
+    seed and size give the same files."""
+    if size not in SIZES:
+        raise ValueError(f"unknown model size {size!r}; known: {', '.join(SIZES)}")
+    shape = SIZES[size]
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    tokenizer = _train_tokenizer(seed)
+    tokenizer = _train_tokenizer(seed, shape.max_length)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=MAX_LENGTH,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
+        max_position_embeddings=shape.max_length,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -57,7 +82,7 @@ def make_tiny_llama(out_dir: Path, seed: int = 0) -> Path:
     return out_dir
 
 
-def _train_tokenizer(seed: int) -> Any:
+def _train_tokenizer(seed: int, max_length: int) -> Any:
     """A byte-level BPE tokenizer trained on a made-up corpus, wrapped for `transformers`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
@@ -82,7 +107,7 @@ def _train_tokenizer(seed: int) -> Any:
         eos_token="</s>",
         unk_token="<unk>",
         pad_token="<pad>",
-        model_max_length=MAX_LENGTH,
+        model_max_length=max_length,
     )
     fast.chat_template = CHAT_TEMPLATE
     return fast

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from slidingserve.sim.hardware.catalog import GPUSpec, ModelSpec, load_gpu, load_model
+from slidingserve.sim.hardware.noise import NoiseStream
 from slidingserve.sim.hardware.tables import all_reduce_curve, available_tp, op_curves
 
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 FloatArray = npt.NDArray[np.float64]
 
 _MS = 1e-3  # seconds per millisecond
-_NOISE_BLOCK = 4096  # noise factors drawn per numpy call
 _MIN_NOISE_FACTOR = 0.5  # floor: an iteration never runs in under half its expected time
 _ALL_REDUCES_PER_LAYER = 2  # after attention and after the MLP (Megatron-style TP)
 
@@ -75,10 +75,7 @@ class GroundTruthLatency:
         self.model: ModelSpec = load_model(config.model)
         self._set_attention_coefficients()
         self._build_non_attention_table()
-        self._rng = np.random.default_rng(seed)
-        self._factor_array: FloatArray = np.empty(0)
-        self._factors: list[float] = []  # same values as _factor_array, for scalar reads
-        self._next_factor = 0
+        self._noise = NoiseStream(self._draw_factors, seed)
 
     @property
     def max_table_tokens(self) -> int:
@@ -99,11 +96,7 @@ class GroundTruthLatency:
 
     def sample_time(self, shape: BatchShape) -> float:
         """Noisy time (s) of one iteration; consumes one factor of the seeded noise stream."""
-        if self._next_factor == len(self._factors):
-            self._ensure_factors(1)
-        factor = self._factors[self._next_factor]
-        self._next_factor += 1
-        return self.expected_time(shape) * factor
+        return self.expected_time(shape) * self._noise.next()
 
     def decode_run_times(self, num_decodes: int, decode_kv: int, steps: int) -> FloatArray:
         """Noisy times (s) of up to `steps` consecutive decode-only iterations.
@@ -121,15 +114,11 @@ class GroundTruthLatency:
             )
         kv = decode_kv + num_decodes * np.arange(steps, dtype=np.float64)
         attention = self._dec0 + self._dec_b * num_decodes + self._dec_k * kv
-        self._ensure_factors(steps)
-        factors = self._factor_array[self._next_factor : self._next_factor + steps]
-        return (attention + self._non_attention_at(num_decodes)) * factors
+        return (attention + self._non_attention_at(num_decodes)) * self._noise.peek(steps)
 
     def consume_noise(self, count: int) -> None:
         """Move past `count` noise factors (those of the decode-only steps that ran)."""
-        if not 0 <= count <= len(self._factors) - self._next_factor:
-            raise ValueError(f"cannot consume {count} noise factors: only looked at fewer")
-        self._next_factor += count
+        self._noise.consume(count)
 
     def non_attention_time(self, num_tokens: npt.ArrayLike) -> FloatArray:
         """Seconds per batch of everything but attention: ops, embedding, all-reduce, CPU."""
@@ -216,14 +205,6 @@ class GroundTruthLatency:
             return self._non_attention[tokens]
         return self._non_attention[-1] + self._tail_slope * (tokens - self._max_tokens)
 
-    def _ensure_factors(self, count: int) -> None:
-        """Have at least `count` unread noise factors, drawn in order from the seeded stream."""
-        unread = len(self._factors) - self._next_factor
-        if unread >= count:
-            return
-        blocks = -(-(count - unread) // _NOISE_BLOCK)
-        normal = self._rng.standard_normal(blocks * _NOISE_BLOCK)
-        fresh = np.maximum(_MIN_NOISE_FACTOR, 1.0 + self.config.noise * normal)
-        self._factor_array = np.concatenate([self._factor_array[self._next_factor :], fresh])
-        self._factors = self._factor_array.tolist()
-        self._next_factor = 0
+    def _draw_factors(self, rng: np.random.Generator, count: int) -> FloatArray:
+        normal = rng.standard_normal(count)
+        return np.maximum(_MIN_NOISE_FACTOR, 1.0 + self.config.noise * normal)

@@ -68,6 +68,7 @@ def test_additional_config_holds_policy_slo_and_predictor(tmp_path: Path) -> Non
         predictor=str(predictor),
         policy_options={"chunker": "window", "window": 2},
         online_learning=False,
+        steps_out=str(tmp_path / "steps.json"),
     )
     config = json.loads(flag_value(command, "--additional-config"))
     assert config == {
@@ -78,8 +79,14 @@ def test_additional_config_holds_policy_slo_and_predictor(tmp_path: Path) -> Non
             "tbt_ms": 40.5,
             "predictor": str(predictor),
             "online_learning": False,
+            "steps_out": str(tmp_path / "steps.json"),
         }
     }
+
+
+def test_steps_out_needs_an_existing_folder(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"folder of .* does not exist"):
+        server_command("m", "slidingserve", steps_out=str(tmp_path / "no" / "steps.json"))
 
 
 def test_extra_vllm_args_come_last_so_they_win() -> None:

