@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,13 @@ def add_engine_commands(commands: Any) -> None:
         "offline model steps (what compare --simulate needs)",
     )
     profile.add_argument(
+        "--rates",
+        type=float,
+        nargs="+",
+        help="--live: loads of the profiling traffic, req/s (default 2 8 16 32)",
+    )
+    profile.add_argument("--workload", default="sharegpt", help="--live: the traffic's workload")
+    profile.add_argument(
         "--steps-out",
         type=Path,
         help="also write every timed step and the engine's facts (--live: default steps.json)",
@@ -78,6 +86,13 @@ def add_engine_commands(commands: Any) -> None:
     compare.add_argument("--seed", type=int, default=0)
     compare.add_argument("--slo-scale", type=float, help="default: calibrated on this machine")
     compare.add_argument("--out-dir", type=Path, default=Path("results/live"))
+    compare.add_argument(
+        "--against",
+        type=Path,
+        metavar="COMPARE_JSON",
+        help="with --simulate: predict that live comparison (its policies, rates, workload, "
+        "requests, seed, repeats, SLO scale) and print both side by side",
+    )
     compare.set_defaults(handler=run_compare)
 
     tiny = commands.add_parser(
@@ -121,17 +136,18 @@ def run_profile(args: argparse.Namespace) -> int:
 
     if args.live:
         from slidingserve.live.compare import LiveSettings
-        from slidingserve.live.profiling import profile_server
+        from slidingserve.live.profiling import PROFILE_RATES, profile_server
 
         steps_out = args.steps_out or Path("steps.json")
         settings = LiveSettings(
             args.model,
+            args.workload,
             seed=args.seed,
             max_num_batched_tokens=args.max_num_batched_tokens,
             max_num_seqs=args.max_num_seqs,
             out_dir=steps_out.parent,
         )
-        steps = profile_server(settings, steps_out)
+        steps = profile_server(settings, steps_out, args.rates or PROFILE_RATES)
         hardware = "vllm-cpu-served"
         print(f"wrote {steps_out}; predict a comparison: slidingserve compare --simulate FILE")
     else:
@@ -164,6 +180,9 @@ def run_compare(args: argparse.Namespace) -> int:
     from slidingserve.eval.report import write_json
     from slidingserve.live.compare import LiveSettings, compare, table
 
+    if args.against is not None and args.simulate is None:
+        raise ValueError("--against needs --simulate: it compares a prediction with a live run")
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     settings = LiveSettings(
         args.model or "",
         args.workload,
@@ -173,22 +192,41 @@ def run_compare(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         out_dir=args.out_dir,
     )
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    rates, search, measured = args.rates, args.search, None
+    if args.against is not None:
+        from slidingserve.live.agreement import load_measured
+
+        measured = load_measured(args.against)
+        settings = dataclasses.replace(
+            settings,
+            workload=measured.workload,
+            requests=measured.requests,
+            seed=measured.seed,
+            repeats=measured.repeats,
+            slo_scale=measured.slo_scale if args.slo_scale is None else args.slo_scale,
+        )
+        policies, rates, search = measured.policies, measured.rates, measured.searched
     if args.simulate is not None:
         from slidingserve.live.simulated import simulate_comparison
         from slidingserve.sim.hardware.profiled import load_engine_steps
 
         steps = load_engine_steps(args.simulate)
-        result = simulate_comparison(steps, settings, policies, args.rates, search=args.search)
+        result = simulate_comparison(steps, settings, policies, rates, search=search)
         where, name = f"simulated {steps.engine}", "compare-simulated.json"
     else:
-        result = compare(settings, policies, args.rates, search=args.search)
+        result = compare(settings, policies, rates, search=search)
         where, name = f"live {args.model}", "compare.json"
     print(
-        f"\n{where}: {args.workload}, {args.requests} requests a run, seed {args.seed}, SLO "
-        f"scale {result.slo_scale:.3f} (strict preset), violations by cumulative deadlines\n"
+        f"\n{where}: {settings.workload}, {settings.requests} requests a run, seed "
+        f"{settings.seed}, SLO scale {result.slo_scale:.3f} (strict preset), violations by "
+        f"cumulative deadlines\n"
     )
     print(table(result))
+    if measured is not None:
+        from slidingserve.live.agreement import agreement_table
+
+        print(f"\nmeasured ({args.against}) beside simulated:\n")
+        print(agreement_table(measured, result))
     write_json(args.out_dir / name, result)
     print(f"\nwrote {args.out_dir / name}")
     return 0

@@ -15,10 +15,12 @@ from slidingserve.core import (
     Plan,
     Request,
     SchedulerView,
+    TimedBatch,
     blocks_for_tokens,
 )
 from slidingserve.policies import Policy
 from slidingserve.predictor import Features, Scenario
+from slidingserve.sim.hardware.profiled import EngineSteps
 
 
 def make_request(
@@ -152,3 +154,31 @@ class CheckingPolicy(Policy):
 
     def schedules_all_decodes(self, num_decoding: int) -> bool:
         return self.inner.schedules_all_decodes(num_decoding)
+
+
+STEP_BASE, STEP_PER_DECODE, STEP_PER_PREFILL_TOKEN = 0.003, 2e-4, 5e-5  # seconds
+
+
+def linear_step_time(shape: BatchShape) -> float:
+    """The step time of `linear_engine_steps`' engine."""
+    return (
+        STEP_BASE
+        + STEP_PER_DECODE * shape.num_decodes
+        + STEP_PER_PREFILL_TOKEN * shape.num_prefill_tokens
+    )
+
+
+def linear_engine_steps(count: int = 300, noise: float = 0.0, seed: int = 0) -> EngineSteps:
+    """Profiled steps of an engine whose time is linear in decodes and prefill tokens (times
+    a factor 1 + noise·N(0, 1), floored at 0.5): 512-token context, 1000 blocks of 16."""
+    rng = np.random.default_rng(seed)
+    batches = []
+    for i in range(count):
+        decodes = tuple(int(u) for u in rng.integers(1, 400, size=int(rng.integers(0, 20))))
+        chunks = ((int(rng.integers(1, 200)), int(rng.integers(0, 200))),) if i % 3 else ()
+        if not decodes and not chunks:
+            decodes = (10,)
+        shape = BatchShape(decodes, chunks)
+        factor = max(0.5, 1.0 + noise * float(rng.standard_normal()))
+        batches.append(TimedBatch(shape, linear_step_time(shape) * factor))
+    return EngineSteps("linear engine", 512, 1000, 16, 256, 64, tuple(batches))

@@ -52,7 +52,7 @@ class SimulatedEngine:
         self.limits = EngineLimits(
             settings.max_num_batched_tokens, settings.max_num_seqs, steps.block_size
         )
-        self.predictor = ProfiledLatency(steps).predictor  # what the policies are given
+        self.latency = ProfiledLatency(steps)  # fitted once; each run reseeds its noise
 
     def run(
         self, policy: str, rate: float, seed: int, slo_scale: float, requests: int | None = None
@@ -63,9 +63,9 @@ class SimulatedEngine:
         if requests is not None:
             workload = dataclasses.replace(workload, num_requests=requests)
         trial = scaled_requests(workload, rate, seed, self.steps.max_model_len)
-        context = PolicyContext(self.limits, self.predictor, self.steps.batches)
+        context = PolicyContext(self.limits, self.latency.predictor, self.steps.batches)
         scheduler = get_policy_class(simulated_policy(policy)).from_options(context, {})
-        latency = ProfiledLatency(self.steps, seed)
+        latency = self.latency.with_seed(seed)
         simulator = Simulator(
             scheduler,
             latency,

@@ -10,6 +10,7 @@ spread, slow outliers included.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import dataclass
@@ -130,6 +131,12 @@ class ProfiledLatency:
         self._decode_base = decode.intercept
         self._decode_per_request = decode.weights[3]
         self._decode_per_kv = decode.weights[2] + decode.weights[4]
+
+    def with_seed(self, seed: int) -> ProfiledLatency:
+        """The same engine (no refit) with the noise stream of `seed`."""
+        twin = copy.copy(self)
+        twin._noise = NoiseStream(twin._draw_factors, seed)
+        return twin
 
     def expected_time(self, shape: BatchShape) -> float:
         """Noise-free time (s) of one step running `shape`."""

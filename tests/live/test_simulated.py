@@ -1,0 +1,133 @@
+"""`compare --simulate`: the live comparison predicted on a profiled engine."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from factories import STEP_BASE, STEP_PER_DECODE, linear_engine_steps
+
+from slidingserve.bench.metrics import verdict
+from slidingserve.cli import main
+from slidingserve.core.request import SLO, Request
+from slidingserve.live.compare import STRICT_TBT_MS, LiveSettings
+from slidingserve.live.simulated import (
+    SimulatedEngine,
+    _record,
+    simulate_comparison,
+    simulated_policy,
+)
+from slidingserve.sim.hardware.profiled import save_engine_steps
+
+SETTINGS = LiveSettings("unused", requests=40, repeats=2, seed=1)
+
+
+def test_vllm_policies_map_to_their_simulated_twins() -> None:
+    assert simulated_policy("vllm:fcfs") == "vllm"
+    assert simulated_policy("vllm:priority") == "vllm-priority"
+    assert simulated_policy("slidingserve") == "slidingserve"
+    with pytest.raises(ValueError, match="unknown policy 'vllm:lifo'"):
+        simulated_policy("vllm:lifo")
+
+
+def test_a_bad_policy_fails_before_any_run() -> None:
+    with pytest.raises(ValueError, match="unknown policy 'fifo'"):
+        simulate_comparison(linear_engine_steps(), SETTINGS, ["vllm:fcfs", "fifo"], [1.0])
+
+
+def test_calibration_follows_the_live_rule_on_the_engine_s_unloaded_step() -> None:
+    # Unloaded, each step runs one decode: TPOT = base + one decode's cost.
+    engine = SimulatedEngine(linear_engine_steps(), SETTINGS)
+    unloaded_ms = (STEP_BASE + STEP_PER_DECODE) * 1000
+    expected = SETTINGS.tbt_headroom * unloaded_ms / STRICT_TBT_MS
+    assert engine.calibrate() == pytest.approx(expected, rel=0.05)
+
+
+def test_rows_for_every_policy_and_rate_and_load_costs_deadlines() -> None:
+    # TBT 4 ms over 3.2 ms unloaded steps, TTFT 160 ms: met when light, not in a burst.
+    settings = dataclasses.replace(SETTINGS, requests=200, slo_scale=0.08)
+    result = simulate_comparison(
+        linear_engine_steps(noise=0.1),
+        settings,
+        ["slidingserve", "vllm:fcfs"],
+        [0.5, 5000.0],
+        search=True,
+        say=lambda _: None,
+    )
+    assert [(row.policy, row.rate) for row in result.rows] == [
+        ("slidingserve", 0.5), ("slidingserve", 5000.0), ("vllm:fcfs", 0.5), ("vllm:fcfs", 5000.0),
+    ]  # fmt: skip
+    light, heavy = result.rows[2], result.rows[3]
+    assert light.violation_rate == 0.0 and heavy.violation_rate > 0.5
+    assert len(heavy.violation_runs) == settings.repeats and heavy.failed == 0
+    for policy in ("slidingserve", "vllm:fcfs"):
+        assert 0.5 <= result.goodput[policy].goodput < 5000.0
+
+
+def test_the_same_seeds_give_the_same_prediction() -> None:
+    steps = linear_engine_steps(noise=0.2)
+    first = simulate_comparison(steps, SETTINGS, ["sarathi-edf"], [30.0], say=lambda _: None)
+    second = simulate_comparison(steps, SETTINGS, ["sarathi-edf"], [30.0], say=lambda _: None)
+    assert first.rows == second.rows and first.slo_scale == second.slo_scale
+
+
+def test_a_fixed_scale_is_used_as_given() -> None:
+    settings = dataclasses.replace(SETTINGS, slo_scale=0.3)
+    result = simulate_comparison(linear_engine_steps(), settings, ["vllm"], [1.0])
+    assert result.slo_scale == 0.3
+
+
+def test_a_simulated_request_is_judged_as_a_streamed_one() -> None:
+    # Arrives at 1 s; TTFT 0.5 s, TBT 0.1 s: tokens due at 1.5, 1.6, 1.7 s.
+    request = Request("r0", 1.0, 10, 3, SLO(ttft=0.5, tbt=0.1))
+    request.token_times = [1.4, 1.59, 1.69]
+    on_time = verdict(_record(request))
+    assert on_time is not None and on_time.tbt is False and on_time.ttft is False
+    assert on_time.tbt_per_gap is True  # the 0.19 s gap, though every deadline held
+    request.token_times = [1.55, 1.6, 1.75]
+    late = verdict(_record(request))
+    assert late is not None and late.ttft is True and late.tbt is True
+
+
+def test_compare_simulate_prints_the_predicted_table(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    steps = tmp_path / "steps.json"
+    save_engine_steps(steps, linear_engine_steps())
+    code = main([
+        "compare", "--simulate", str(steps), "--policies", "sarathi-edf,vllm:priority",
+        "--rates", "2", "--requests", "30", "--repeats", "1", "--out-dir", str(tmp_path),
+    ])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "simulated linear engine: sharegpt, 30 requests a run" in out
+    assert len([line for line in out.splitlines() if " 2.00 " in line]) == 2
+    saved = json.loads((tmp_path / "compare-simulated.json").read_text())
+    assert [row["policy"] for row in saved["rows"]] == ["sarathi-edf", "vllm:priority"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["compare"], "one of the arguments --model --simulate is required"),
+        (["compare", "--model", "m", "--simulate", "s.json"], "not allowed with argument"),
+    ],
+)
+def test_compare_needs_one_engine(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_compare_simulate_reports_a_bad_steps_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "steps.json"
+    bad.write_text('{"format": "slidingserve-predictor"}')
+    assert main(["compare", "--simulate", str(bad)]) == 2
+    assert "not an engine-steps file" in capsys.readouterr().err

@@ -1,0 +1,154 @@
+"""A profiled engine as the simulator's GPU: the steps file and `ProfiledLatency`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from factories import linear_engine_steps, linear_step_time
+
+from slidingserve.core.batch import BatchShape, TimedBatch
+from slidingserve.sim.hardware.noise import NoiseStream
+from slidingserve.sim.hardware.profiled import (
+    ProfiledLatency,
+    load_engine_steps,
+    save_engine_steps,
+)
+
+make_steps = linear_engine_steps
+
+
+def test_the_fitted_engine_reproduces_a_noise_free_profile() -> None:
+    latency = ProfiledLatency(make_steps())
+    for shape in (
+        BatchShape((5,) * 8, ()),
+        BatchShape((), ((128, 0),)),
+        BatchShape((7,), ((64, 32),)),
+    ):
+        assert latency.expected_time(shape) == pytest.approx(linear_step_time(shape), rel=0.02)
+    assert np.allclose(latency.ratios, 1.0, atol=0.02)
+
+
+def test_noise_factors_are_the_profile_s_own_ratios() -> None:
+    latency = ProfiledLatency(make_steps(noise=0.2), seed=3)
+    shape = BatchShape((100,) * 4, ((32, 0),))
+    factors = {latency.sample_time(shape) / latency.expected_time(shape) for _ in range(200)}
+    ratios = latency.ratios.tolist()
+    assert all(min(abs(f - r) for r in ratios) < 1e-9 for f in factors)
+    assert len(factors) > 50  # resampled, not one repeated value
+
+
+def test_decode_runs_draw_the_noise_stepwise_calls_would() -> None:
+    steps = make_steps(noise=0.2)
+    stepwise, vectorised = ProfiledLatency(steps, seed=5), ProfiledLatency(steps, seed=5)
+    num_decodes, kv = 6, 600
+    expected = [
+        stepwise.sample_time(BatchShape((kv // num_decodes + j,) * num_decodes, ()))
+        for j in range(40)
+    ]
+    run = vectorised.decode_run_times(num_decodes, kv, 40)
+    vectorised.consume_noise(40)
+    assert np.allclose(run, expected, rtol=1e-9)
+    after = BatchShape((), ((50, 0),))
+    assert vectorised.sample_time(after) == stepwise.sample_time(after)
+
+
+def test_same_seed_same_times_and_a_floor_under_every_step() -> None:
+    steps = make_steps(noise=0.3)
+    first, second = ProfiledLatency(steps, seed=1), ProfiledLatency(steps, seed=1)
+    shape = BatchShape((1,), ())
+    times = [first.sample_time(shape) for _ in range(50)]
+    assert times == [second.sample_time(shape) for _ in range(50)]
+    fastest = min(batch.seconds for batch in steps.batches)
+    assert first.expected_time(shape) >= 0.5 * fastest
+
+
+def test_kv_capacity_keeps_the_engine_s_tokens_in_any_block_size() -> None:
+    latency = ProfiledLatency(make_steps())
+    assert latency.kv_capacity_blocks(16) == 1000
+    assert latency.kv_capacity_blocks(32) == 500
+    with pytest.raises(ValueError, match="block_size"):
+        latency.kv_capacity_blocks(0)
+
+
+def test_steps_survive_a_round_trip(tmp_path: Path) -> None:
+    steps = make_steps(count=60)
+    save_engine_steps(tmp_path / "steps.json", steps)
+    assert load_engine_steps(tmp_path / "steps.json") == steps
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"kv_blocks": 0}, "kv_blocks must be a positive integer"),
+        ({"max_model_len": 1.5}, "max_model_len must be a positive integer"),
+        ({"batches": ()}, "at least 50 timed steps"),
+    ],
+)
+def test_bad_facts_are_refused(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(make_steps(count=60), **change)
+
+
+def test_a_step_with_no_time_is_refused() -> None:
+    steps = make_steps(count=60)
+    broken = (TimedBatch(BatchShape((1,), ()), 0.0), *steps.batches[1:])
+    with pytest.raises(ValueError, match=r"step 0: time 0\.0"):
+        dataclasses.replace(steps, batches=broken)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "not valid JSON"),
+        ('{"format": "other"}', "format is not 'slidingserve-engine-steps'"),
+        ('{"format": "slidingserve-engine-steps", "version": 9}', "version 9"),
+        ('{"format": "slidingserve-engine-steps", "version": 1}', "missing field"),
+    ],
+)
+def test_malformed_files_name_the_problem(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "steps.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_engine_steps(path)
+
+
+def test_a_file_with_a_bad_step_names_it(tmp_path: Path) -> None:
+    path = tmp_path / "steps.json"
+    save_engine_steps(path, make_steps(count=60))
+    data = json.loads(path.read_text())
+    data["steps"][4]["seconds"] = -1.0
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="step 4"):
+        load_engine_steps(path)
+
+
+def test_noise_stream_peek_and_consume_read_what_next_reads() -> None:
+    def draw(rng: np.random.Generator, count: int) -> np.ndarray:
+        return rng.random(count)
+
+    one_by_one, looking = NoiseStream(draw, 7), NoiseStream(draw, 7)
+    expected = [one_by_one.next() for _ in range(5000)]
+    seen = looking.peek(4500).tolist()
+    looking.consume(4000)
+    rest = [looking.next() for _ in range(1000)]
+    assert seen == expected[:4500] and rest == expected[4000:]
+    with pytest.raises(ValueError, match="cannot consume"):
+        looking.consume(10_000)
+
+
+def test_a_reseeded_engine_is_a_fresh_one_without_a_refit() -> None:
+    steps = make_steps(noise=0.2)
+    fitted = ProfiledLatency(steps, seed=0)
+    shape = BatchShape((3,) * 5, ())
+    fitted.sample_time(shape)  # the original's stream moves on; the twin's starts afresh
+    twin = fitted.with_seed(9)
+    fresh = ProfiledLatency(steps, seed=9)
+    assert twin.predictor is fitted.predictor
+    assert [twin.sample_time(shape) for _ in range(20)] == [
+        fresh.sample_time(shape) for _ in range(20)
+    ]
