@@ -12,6 +12,8 @@ from slidingserve.core.request import Phase
 from slidingserve.policies.base import Policy
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from slidingserve.core.plan import Plan
     from slidingserve.core.request import Request
     from slidingserve.core.view import SchedulerView
@@ -33,6 +35,7 @@ class VllmPolicy(Policy):
     budget allows, then waiting requests in arrival order; no per-request cap (SPEC §8)."""
 
     name = "vllm"
+    path = "fcfs"  # the decision path plans are labelled with
     config_type = VllmConfig
     config: VllmConfig
 
@@ -43,8 +46,12 @@ class VllmPolicy(Policy):
                 builder.add(request, 1)
             else:
                 builder.add(request, request.remaining_prefill)
-        builder.add_prefills(view.waiting)
-        return builder.build("fcfs")
+        builder.add_prefills(self.waiting_order(view.waiting))
+        return builder.build(self.path)
+
+    def waiting_order(self, waiting: Sequence[Request]) -> Sequence[Request]:
+        """The order waiting requests are admitted in: arrival (the queue's own order)."""
+        return waiting
 
 
 class VllmPriorityPolicy(VllmPolicy):
@@ -58,16 +65,10 @@ class VllmPriorityPolicy(VllmPolicy):
     """
 
     name = "vllm-priority"
+    path = "priority"
 
-    def schedule(self, view: SchedulerView) -> Plan:
-        builder = PlanBuilder(view, self.config.max_num_batched_tokens)
-        for request in view.running:
-            if request.phase is Phase.DECODING:
-                builder.add(request, 1)
-            else:
-                builder.add(request, request.remaining_prefill)
-        builder.add_prefills(sorted(view.waiting, key=_priority))
-        return builder.build("priority")
+    def waiting_order(self, waiting: Sequence[Request]) -> Sequence[Request]:
+        return sorted(waiting, key=_priority)
 
 
 def _priority(request: Request) -> tuple[float, float]:
