@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from slidingserve.core.batch import BatchShape, TimedBatch
     from slidingserve.core.plan import Plan
     from slidingserve.core.view import EngineLimits, SchedulerView
-    from slidingserve.predictor import LatencyModel
+    from slidingserve.predictor import LatencyModel, Sample
 
 
 class IterationRecord(NamedTuple):
@@ -75,6 +75,17 @@ class Policy(ABC):
 
     def on_iteration_end(self, record: IterationRecord) -> None:
         """Called after the engine executed the plan of the last `schedule` call. Default: no-op."""
+
+    def refit(self, samples: Sequence[Sample]) -> None:
+        """Refit whatever batch-time model the policy keeps of its own to measured steps.
+
+        Called by an engine that learns online (the vLLM adapter), from its background
+        refit thread, each time it refits the shared predictor and with the same samples,
+        so that every policy learns from the same measurements equally often. Must swap
+        the new model in with one assignment (the scheduling thread reads it) and may
+        raise on samples it cannot fit (the engine counts and logs the failure and the
+        old model stays). Default: no-op (the policy keeps no model or uses the shared one).
+        """
 
     def schedules_all_decodes(self, num_decoding: int) -> bool:
         """Whether, with nothing waiting or prefilling, `schedule` gives every decode 1 token.

@@ -27,12 +27,35 @@ class ChunkChoice(NamedTuple):
     reason: str  # "no-prefill", "no-decodes", "late-decode", "grid" or "none-fits"
 
 
-def select_decodes(decoding: Iterable[Request], now: float, limit: int) -> DecodeSelection:
+def decode_deadline(request: Request, reanchor_late: bool) -> float:
+    """The deadline QoServe gives a decode's next token, seconds.
+
+    The authors' code anchors a decode's TBT deadlines at the later of its first token's
+    actual time and its TTFT deadline, so a request whose first token came late gets
+    `L_tbt` per token from then on instead of being late for ever (`reanchor_late`);
+    token k+1 is due `k × L_tbt` after the anchor. Without a recorded first token (an
+    engine that does not report token times) the anchor is the TTFT deadline.
+    """
+    if not reanchor_late or not request.token_times:
+        return request.next_deadline
+    anchor = max(request.token_times[0], request.ttft_deadline)
+    return anchor + request.num_generated * request.slo.tbt
+
+
+def select_decodes(
+    decoding: Iterable[Request], now: float, limit: int, reanchor_late: bool = True
+) -> DecodeSelection:
     """Decodes by increasing slack, each adding one token while the batch holds fewer than
-    `limit` tokens: the first `limit` of them."""
-    chosen = sorted(decoding, key=lambda r: r.next_deadline)[:limit]
-    min_slack = chosen[0].next_deadline - now if chosen else math.inf
-    return DecodeSelection(chosen, min_slack, sum(r.num_computed for r in chosen))
+    `limit` tokens: the first `limit` of them. Slack is read from `decode_deadline`."""
+    keyed = sorted(((decode_deadline(r, reanchor_late), r) for r in decoding), key=_first)
+    chosen = keyed[:limit]
+    min_slack = chosen[0][0] - now if chosen else math.inf
+    requests = [r for _, r in chosen]
+    return DecodeSelection(requests, min_slack, sum(r.num_computed for r in requests))
+
+
+def _first(pair: tuple[float, Request]) -> float:
+    return pair[0]
 
 
 def is_low_memory(free_blocks: int, block_size: int, divisor: int, threshold: int) -> bool:

@@ -36,6 +36,7 @@ class QoServeConfig:
     decode_chunk_size: int = 256  # decodes are added while the batch has fewer tokens
     predictor_split: int = 512  # batches of ≤ this many tokens use the small model
     eager_relegation: bool = True  # relegate requests that cannot meet their TTFT
+    reanchor_late_decodes: bool = True  # TBT deadlines from a late first token's time
     default_decode_count: int = 15  # decodes assumed when an e2e tier's length is unknown
 
     def __post_init__(self) -> None:
@@ -58,10 +59,9 @@ class QoServeConfig:
         _check_number("throughput_decay", self.throughput_decay, minimum=0.0)
         if self.throughput_decay >= 1:
             raise ValueError(f"throughput_decay must be below 1, got {self.throughput_decay}")
-        if not isinstance(self.eager_relegation, bool):
-            raise ValueError(
-                f"eager_relegation must be true or false, got {self.eager_relegation!r}"
-            )
+        for name in ("eager_relegation", "reanchor_late_decodes"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
 
 def _grid(name: str, values: Sequence[int]) -> tuple[int, ...]:

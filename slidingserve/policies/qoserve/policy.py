@@ -17,17 +17,27 @@ Points of the published algorithm that had to be interpreted, and the choice mad
    queue order (prefilling before waiting). Relegated requests keep that order among
    themselves, behind every other one. The protection flag g_i plays no part (QoServe
    has tiers, not protection).
-4. Relegation is tested at the start of every `schedule` on every candidate, before
-   sorting; a request is relegated at most once and stays relegated until it leaves.
-   Its id is kept in the policy and dropped once the request is in no queue.
-5. ρ_EMA is observed at every executed step, decode-only steps too (0 prefill tokens),
-   as prefill tokens ÷ the step's duration (steps run back to back; a wait for arrivals
-   is no step); a fast-forwarded run of n decode-only steps multiplies ρ by decay^n. ρ
-   therefore sinks during long decode-only stretches and relegates eagerly after them,
-   as the published rule implies.
-6. Decodes are sorted by slack (their next deadline; ties in admission order) and the
-   first min(decode chunk size, B_max) of them run; the others wait an iteration. The
-   smallest slack is taken over the decodes that run.
+4. Relegation follows the authors' fill loop: requests are taken from the heap in
+   priority order, and each one the loop reaches (up to and including the first that
+   finds the budget spent) is tested; a hopeless one is marked relegated and goes back
+   into the heap behind every unrelegated request. Requests the loop does not reach are
+   not tested in that iteration. A request is relegated at most once and stays
+   relegated until it leaves; its id is dropped once the request is in no queue.
+5. ρ_EMA follows the authors' rule: observed only after a step that had prefill tokens,
+   as those tokens ÷ the time between the two `schedule` calls, which here is the
+   step's duration (their engine calls the scheduler again as soon as a step ends, also
+   when it then finds nothing to run); decode-only steps leave ρ unchanged, so a
+   fast-forwarded decode run needs no hook.
+6. Decodes are sorted by slack and the first min(decode chunk size, B_max) of them run;
+   the others wait an iteration. The smallest slack is taken over the decodes that run.
+   Slack is read as the authors' `_get_TBT_deadline` does (`reanchor_late_decodes`): a
+   request whose first token came late has its TBT deadlines anchored at that token's
+   actual time (see `chunking.decode_deadline`). Two readings help the baseline: token
+   k+1 is due k × L_tbt after the anchor, the project's deadline (the authors' index,
+   len(output_token_ids) + 1, would give one L_tbt more and plan batches that overrun
+   it); and their sort key (0, −slack) puts the largest slack first, which matters only
+   with more decodes than the decode chunk size (never with max_num_seqs ≤ 256): the
+   most urgent go first here.
 7. The grid totals count the decodes: the prefill budget is total − decodes (none when
    the decodes alone reach the total). Grid values above B_max (`max_batch_tokens`, at
    most the engine's limit) are lowered to it, so 2552 becomes 2048 by default.
@@ -51,6 +61,7 @@ Points of the published algorithm that had to be interpreted, and the choice mad
 
 from __future__ import annotations
 
+import heapq
 from typing import TYPE_CHECKING
 
 from slidingserve.core.batch import BatchShape
@@ -65,8 +76,12 @@ from slidingserve.policies.qoserve.chunking import (
     select_decodes,
 )
 from slidingserve.policies.qoserve.config import QoServeConfig
-from slidingserve.policies.qoserve.predictor import batch_features, fit_qoserve_predictor
-from slidingserve.policies.qoserve.priority import Relegation, ThroughputEma, prefill_order
+from slidingserve.policies.qoserve.predictor import (
+    batch_features,
+    fit_from_samples,
+    fit_qoserve_predictor,
+)
+from slidingserve.policies.qoserve.priority import Relegation, ThroughputEma, priority_key
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -75,6 +90,11 @@ if TYPE_CHECKING:
     from slidingserve.core.request import Request
     from slidingserve.core.view import SchedulerView
     from slidingserve.policies.base import IterationRecord, PolicyContext
+    from slidingserve.predictor import Sample
+
+
+_Entry = tuple[tuple[bool, float, float], int, "Request"]
+"""A heap entry: (priority key, queue index to break ties, request)."""
 
 
 class QoServePolicy(Policy):
@@ -105,43 +125,69 @@ class QoServePolicy(Policy):
 
     def schedule(self, view: SchedulerView) -> Plan:
         """Decodes by slack, then prefills by priority up to the chosen total."""
-        queue = self._prefill_queue(view)
-        decodes = select_decodes(view.decoding, view.now, self.decode_limit)
-        choice = self._choose_total(view, decodes, queue)
+        self.relegation.forget_departed((view.waiting, view.running))
+        heap = self._prefill_heap(view)
+        decodes = select_decodes(
+            view.decoding, view.now, self.decode_limit, self.config.reanchor_late_decodes
+        )
+        choice = self._choose_total(view, decodes, heap[0][2] if heap else None)
         budget = max(len(decodes.requests), choice.total_tokens)
         builder = PlanBuilder(view, min(budget, self.max_tokens))
         builder.add_decodes(decodes.requests)
-        builder.add_prefills(queue)
+        self._fill(builder, heap, view.now)
         plan = builder.build(f"qoserve:{choice.reason}")
         if plan.chunks:
             plan.predicted_time = self.predictor.predict_shape(BatchShape.from_plan(plan))
         return plan
 
     def on_iteration_end(self, record: IterationRecord) -> None:
-        """Observe the step's prefill throughput: its prefill tokens ÷ its duration (s)."""
+        """Observe the step's prefill throughput: its prefill tokens ÷ its duration (s);
+        a step without prefill tokens is not observed (the authors' rule)."""
         self.throughput.observe(record.shape.num_prefill_tokens, record.duration)
+
+    def refit(self, samples: Sequence[Sample]) -> None:
+        """Refit both linear models to measured steps and swap them in."""
+        self.predictor = fit_from_samples(samples, self.config.predictor_split)
 
     def schedules_all_decodes(self, num_decoding: int) -> bool:
         """True only when every decode fits under the decode chunk size (and B_max)."""
         return num_decoding <= self.decode_limit
 
-    def on_decode_run(self, durations: Sequence[float], num_decodes: int) -> None:
-        """Each decode-only step observes 0 prefill tokens: ρ decays once per step."""
-        self.throughput.observe_idle_steps(sum(1 for seconds in durations if seconds > 0))
+    def _prefill_heap(self, view: SchedulerView) -> list[_Entry]:
+        """Waiting and prefilling requests as QoServe's heap (ties by queue order)."""
+        weight = self.config.priority_weight
+        ids = self.relegation.ids
+        heap = [
+            (priority_key(r, ids, weight), index, r)
+            for index, r in enumerate(view.prefill_candidates())
+        ]
+        heapq.heapify(heap)
+        return heap
 
-    def _prefill_queue(self, view: SchedulerView) -> list[Request]:
-        """Waiting and prefilling requests in priority order, after eager relegation."""
-        self.relegation.forget_departed((view.waiting, view.running))
-        candidates = view.prefill_candidates()
-        if self.config.eager_relegation:
-            self.relegation.relegate_hopeless(candidates, view.now, self.throughput.value)
-        return prefill_order(candidates, self.relegation.ids, self.config.priority_weight)
+    def _fill(self, builder: PlanBuilder, heap: list[_Entry], now: float) -> None:
+        """The authors' fill loop: pop by priority; relegate a hopeless request the loop
+        reaches and push it back; otherwise give it what the budget allows; stop once a
+        reached request finds the budget spent."""
+        rho = self.throughput.value
+        weight = self.config.priority_weight
+        while heap:
+            _, index, request = heapq.heappop(heap)
+            if self.config.eager_relegation and self.relegation.relegate_if_hopeless(
+                request, now, rho
+            ):
+                key = priority_key(request, self.relegation.ids, weight)
+                heapq.heappush(heap, (key, index, request))
+                continue
+            if builder.tokens_left == 0 or builder.seats_left == 0:
+                return
+            builder.add(request, request.remaining_prefill)
 
     def _choose_total(
-        self, view: SchedulerView, decodes: DecodeSelection, queue: list[Request]
+        self, view: SchedulerView, decodes: DecodeSelection, head: Request | None
     ) -> ChunkChoice:
-        """The batch total (decodes included) for this iteration."""
-        if not queue:
+        """The batch total (decodes included) for this iteration; `head` is the top of the
+        prefill heap, whose cached tokens stand for the batch's prefill context."""
+        if head is None:
             return ChunkChoice(len(decodes.requests), "no-prefill")
         config = self.config
         low = is_low_memory(
@@ -150,7 +196,7 @@ class QoServePolicy(Policy):
             config.low_memory_divisor,
             config.low_memory_threshold,
         )
-        num_decodes, head_context = len(decodes.requests), queue[0].num_computed
+        num_decodes, head_context = len(decodes.requests), head.num_computed
 
         def predict(total: int) -> float:
             x = batch_features(total, num_decodes, decodes.context, head_context)

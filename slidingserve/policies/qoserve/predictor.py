@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from slidingserve.predictor import NUM_FEATURES, fit_linear
+from slidingserve.predictor import NUM_FEATURES, Features, Sample, fit_linear
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -52,6 +52,19 @@ def shape_features(shape: BatchShape) -> QoServeFeatures:
         decode_tokens=decodes,
         decode_context=shape.decode_kv,
         prefill_context=sum(u for _, u in shape.prefill_chunks),
+    )
+
+
+def from_project_features(x: Features) -> QoServeFeatures:
+    """QoServe's five features from the project's seven (SPEC §3): each is a sum of those,
+    so a measured `Sample` serves both predictors without keeping the batch's shape."""
+    prefill, decodes = x.prefill_tokens, x.num_decodes
+    return QoServeFeatures(
+        total_tokens=prefill + decodes,
+        prefill_tokens=prefill,
+        decode_tokens=decodes,
+        decode_context=x.decode_kv,
+        prefill_context=x.cached_tokens - x.decode_kv,
     )
 
 
@@ -99,23 +112,30 @@ class QoServePredictor:
 
 
 def fit_qoserve_predictor(batches: Sequence[TimedBatch], split: int = 512) -> QoServePredictor:
-    """Fit the small and the large model to timed batches (seconds).
-
-    A side of the split without any batch borrows the other side's model. Raises
-    ValueError without batches or with a time that is not finite.
-    """
+    """Fit the small and the large model to timed batches (seconds); see `fit_from_samples`."""
     if not batches:
         raise ValueError("qoserve fits its predictor to timed batches, but the profile is empty")
-    for i, batch in enumerate(batches):
-        if not math.isfinite(batch.seconds):
-            raise ValueError(f"timed batch {i}: time {batch.seconds!r} is not finite")
-    features = [shape_features(batch.shape) for batch in batches]
+    return fit_from_samples([Sample.from_shape(b.shape, b.seconds) for b in batches], split)
+
+
+def fit_from_samples(samples: Sequence[Sample], split: int = 512) -> QoServePredictor:
+    """Fit the small and the large model to measured samples (seconds).
+
+    A side of the split without any sample borrows the other side's model. Raises
+    ValueError without samples or with a time that is not finite.
+    """
+    if not samples:
+        raise ValueError("qoserve fits its predictor to measured batches, but none were given")
+    for i, sample in enumerate(samples):
+        if not math.isfinite(sample.seconds):
+            raise ValueError(f"timed batch {i}: time {sample.seconds!r} is not finite")
+    features = [from_project_features(sample.x) for sample in samples]
     small = [i for i, x in enumerate(features) if x.total_tokens <= split] or list(
-        range(len(batches))
+        range(len(samples))
     )
     large = [i for i, x in enumerate(features) if x.total_tokens > split] or small
     x = np.array(features, dtype=float).reshape(-1, NUM_QOSERVE_FEATURES)
-    y = np.array([batch.seconds for batch in batches], dtype=float)
+    y = np.array([sample.seconds for sample in samples], dtype=float)
     return QoServePredictor(_fit(x[small], y[small]), _fit(x[large], y[large]), split)
 
 

@@ -57,20 +57,17 @@ class Relegation:
     def ids(self) -> Collection[str]:
         return self._ids
 
-    def relegate_hopeless(
-        self, candidates: Iterable[Request], now: float, throughput: float
-    ) -> list[Request]:
-        """Relegate every candidate that has not started (nothing cached), was never
-        relegated and cannot meet its TTFT at `throughput` tokens/s; return those."""
-        newly = [
-            r
-            for r in candidates
-            if r.num_computed == 0
-            and r.request_id not in self._ids
-            and cannot_meet_ttft(r, now, throughput)
-        ]
-        self._ids.update(r.request_id for r in newly)
-        return newly
+    def relegate_if_hopeless(self, request: Request, now: float, throughput: float) -> bool:
+        """Relegate `request` if it has not started (nothing cached), was never relegated
+        and cannot meet its TTFT at `throughput` tokens/s; return whether it was."""
+        if (
+            request.num_computed == 0
+            and request.request_id not in self._ids
+            and cannot_meet_ttft(request, now, throughput)
+        ):
+            self._ids.add(request.request_id)
+            return True
+        return False
 
     def forget_departed(self, present: Sequence[Iterable[Request]]) -> None:
         """Drop the ids of requests in none of the `present` queues (they finished)."""
@@ -79,18 +76,18 @@ class Relegation:
 
 
 class ThroughputEma:
-    """ρ_EMA: prefill tokens per second, an EMA observed once per engine step."""
+    """ρ_EMA: prefill tokens per second, an EMA over the steps that computed prefill.
+
+    The authors' code folds in an observation only when the previous step had prefill
+    tokens (`if self.last_prefill_size != 0:`): decode-only steps leave ρ as it is.
+    """
 
     def __init__(self, initial: float, decay: float) -> None:
         self.value = initial  # tokens per second
-        self.decay = decay  # weight of the old value at each step
+        self.decay = decay  # weight of the old value at each observed step
 
     def observe(self, prefill_tokens: int, seconds: float) -> None:
-        """Fold in one step: `prefill_tokens` computed in `seconds` (a step with no time
-        is skipped)."""
-        if seconds > 0:
+        """Fold in one step: `prefill_tokens` computed in `seconds`. A step without prefill
+        tokens or without time is skipped."""
+        if prefill_tokens > 0 and seconds > 0:
             self.value = self.decay * self.value + (1 - self.decay) * prefill_tokens / seconds
-
-    def observe_idle_steps(self, steps: int) -> None:
-        """Fold in `steps` steps without prefill tokens (closed form of `observe(0, ·)`)."""
-        self.value *= self.decay**steps

@@ -12,7 +12,7 @@ from slidingserve.core import BatchShape, EngineLimits, Plan, Request, Scheduler
 from slidingserve.policies import IterationRecord, PolicyContext, make_policy
 from slidingserve.policies.qoserve import QoServeConfig, QoServePolicy
 from slidingserve.policies.qoserve.predictor import QoServeLinear, QoServePredictor
-from slidingserve.predictor import random_batch_shapes
+from slidingserve.predictor import Sample, random_batch_shapes
 
 PER_TOKEN = QoServePredictor(
     QoServeLinear(0.010, (1e-5, 0, 0, 0, 0)), QoServeLinear(0.010, (1e-5, 0, 0, 0, 0))
@@ -170,14 +170,19 @@ class TestThroughputEstimate:
         policy.on_iteration_end(self.record(1000, 0.05))
         assert policy.throughput.value == pytest.approx(0.995 * 8500 + 0.005 * 20_000)
 
-    def test_a_decode_run_equals_its_steps(self) -> None:
-        stepped, forwarded = policy_for(), policy_for()
-        durations = [0.02 + i * 1e-5 for i in range(120)]
-        for seconds in durations:
-            stepped.on_iteration_end(self.record(0, seconds))
-        forwarded.on_decode_run(durations, 4)
-        assert forwarded.throughput.value == pytest.approx(stepped.throughput.value, rel=1e-12)
-        assert forwarded.throughput.value == pytest.approx(8500 * 0.995**120)
+    def test_decode_only_steps_leave_it_unchanged(self) -> None:
+        # The authors' rule: observed only after a step with prefill tokens.
+        policy = policy_for()
+        for seconds in (0.02, 0.03, 0.05):
+            policy.on_iteration_end(self.record(0, seconds))
+        assert policy.throughput.value == 8500.0
+        policy.on_iteration_end(self.record(500, 0.05))  # 10,000 tok/s
+        assert policy.throughput.value == pytest.approx(0.995 * 8500 + 0.005 * 10_000)
+
+    def test_a_fast_forwarded_decode_run_leaves_it_unchanged(self) -> None:
+        policy = policy_for()
+        policy.on_decode_run([0.02] * 300, 4)
+        assert policy.throughput.value == 8500.0
 
 
 def test_a_light_sharegpt_load_meets_its_slos() -> None:
@@ -191,3 +196,72 @@ def test_a_light_sharegpt_load_meets_its_slos() -> None:
 
 def test_the_config_type_is_registered() -> None:
     assert QoServePolicy.config_type is QoServeConfig and QoServePolicy.needs_profile
+
+
+class TestRelegationInTheFillLoop:
+    """The authors test relegation only on the requests their fill loop pops."""
+
+    def queue(self, head_prompt: int) -> list[Request]:
+        # At t = 30 s and ρ = 8500 tok/s: a (due 34 s) and b (due 35 s) can make it;
+        # c (due 36 s) needs 60,000 / 8500 = 7.06 s: hopeless. Weight 0: order a, b, c.
+        return [
+            make_request("a", arrival=29.0, ttft=5.0, prompt=head_prompt),
+            make_request("b", arrival=29.0, ttft=6.0, prompt=100),
+            make_request("c", arrival=0.0, ttft=36.0, prompt=60_000),
+        ]
+
+    def test_a_hopeless_request_the_loop_does_not_reach_stays_unrelegated(self) -> None:
+        view, _ = make_view(now=30.0, waiting=self.queue(head_prompt=3000))
+        policy = policy_for(priority_weight=0.0)
+        # a takes the whole 2048-token budget; b is popped, finds it spent, and stops the loop.
+        assert schedule(policy, view) == [("a", 2048)]
+        assert set(policy.relegation.ids) == set()
+
+    def test_a_reached_hopeless_request_is_relegated_then_served_last(self) -> None:
+        view, _ = make_view(now=30.0, waiting=self.queue(head_prompt=100))
+        policy = policy_for(priority_weight=0.0)
+        assert schedule(policy, view) == [("a", 100), ("b", 100), ("c", 1848)]
+        assert set(policy.relegation.ids) == {"c"}
+
+    def test_relegated_requests_behind_one_that_can_still_make_it(self) -> None:
+        # d (due 33 s, 40,000 tokens: hopeless) comes first by deadline, is relegated when
+        # popped and goes behind a and b, which then share the budget before it.
+        d = make_request("d", arrival=0.0, ttft=33.0, prompt=40_000)
+        view, _ = make_view(now=30.0, waiting=[d, *self.queue(head_prompt=100)[:2]])
+        policy = policy_for(priority_weight=0.0)
+        assert schedule(policy, view) == [("a", 100), ("b", 100), ("d", 1848)]
+        assert set(policy.relegation.ids) == {"d"}
+
+
+class TestLateFirstToken:
+    """A decode whose first token came late has its TBT deadlines anchored at that token."""
+
+    def view(self) -> SchedulerView:
+        # Due at 0.02 + 0.05 = 0.07 s, but the first token came at 0.10 s: at t = 0.10 the
+        # project's deadline has passed; anchored at 0.10 the next token is due at 0.15 s.
+        late = make_decoding("late", ttft=0.02, tbt=0.05)
+        late.token_times.append(0.10)
+        view, _ = make_view(now=0.10, waiting=[make_request("w", prompt=3000)], running=[late])
+        return view
+
+    def test_it_keeps_normal_chunking(self) -> None:
+        # Slack 0.05 s: 1.2 × (10 ms + 10 µs × total) ≤ 50 ms up to 3,333: the grid's 2048.
+        plan = policy_for().schedule(self.view())
+        assert entries(plan) == [("late", 1), ("w", 2047)]
+        assert plan.path == "qoserve:grid"
+
+    def test_switched_off_the_late_decode_forces_the_fallback_chunk(self) -> None:
+        plan = policy_for(reanchor_late_decodes=False).schedule(self.view())
+        assert entries(plan) == [("late", 1), ("w", 127)]
+        assert plan.path == "qoserve:late-decode"
+
+
+def test_refit_replaces_the_predictor_with_one_fitted_to_the_samples() -> None:
+    policy = policy_for()
+    slower = QoServePredictor(
+        QoServeLinear(0.020, (3e-5, 0, 0, 0, 0)), QoServeLinear(0.020, (3e-5, 0, 0, 0, 0))
+    )
+    shapes = random_batch_shapes(400, np.random.default_rng(1))
+    policy.refit([Sample.from_shape(shape, slower.predict_shape(shape)) for shape in shapes])
+    shape = BatchShape((100, 200), ((700, 0),))
+    assert policy.predictor.predict_shape(shape) == pytest.approx(0.020 + 702 * 3e-5, rel=1e-6)

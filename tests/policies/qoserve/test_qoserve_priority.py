@@ -12,9 +12,16 @@ from slidingserve.policies.qoserve.priority import (
     Relegation,
     ThroughputEma,
     cannot_meet_ttft,
-    prefill_order,
+    priority_key,
     ttft_from_e2e,
 )
+
+
+def prefill_order(
+    candidates: Iterable[Request], relegated: set[str], weight: float
+) -> list[Request]:
+    """The candidates as QoServe's heap would pop them."""
+    return sorted(candidates, key=lambda r: priority_key(r, relegated, weight))
 
 
 def queue() -> list[Request]:
@@ -75,22 +82,27 @@ class TestRelegation:
         hopeless = make_request("hopeless", ttft=1.0, prompt=2000)  # 2 s
         started = make_request("started", ttft=1.0, prompt=2000, computed=1)  # 1.999 s
         relegation = Relegation()
-        newly = relegation.relegate_hopeless([hopeful, hopeless, started], 0.0, 1000.0)
+        newly = [
+            r
+            for r in (hopeful, hopeless, started)
+            if relegation.relegate_if_hopeless(r, 0.0, 1000.0)
+        ]
         assert ids(newly) == ["hopeless"]
         assert set(relegation.ids) == {"hopeless"}
 
     def test_a_request_is_relegated_once_and_stays_relegated(self) -> None:
         request = make_request("r", ttft=1.0, prompt=2000)
         relegation = Relegation()
-        assert len(relegation.relegate_hopeless([request], 0.0, 1000.0)) == 1
-        assert relegation.relegate_hopeless([request], 0.5, 10.0) == []  # not again
-        assert relegation.relegate_hopeless([request], 0.0, 1e9) == []  # nor undone
+        assert relegation.relegate_if_hopeless(request, 0.0, 1000.0)
+        assert not relegation.relegate_if_hopeless(request, 0.5, 10.0)  # not again
+        assert not relegation.relegate_if_hopeless(request, 0.0, 1e9)  # nor undone
         assert "r" in relegation.ids
 
     def test_ids_of_departed_requests_are_forgotten(self) -> None:
         stays, leaves = make_request("stays", prompt=5000), make_request("leaves", prompt=5000)
         relegation = Relegation()
-        relegation.relegate_hopeless([stays, leaves], 0.0, 1000.0)
+        for request in (stays, leaves):
+            relegation.relegate_if_hopeless(request, 0.0, 1000.0)
         relegation.forget_departed(([stays], []))
         assert set(relegation.ids) == {"stays"}
 
@@ -101,13 +113,11 @@ class TestThroughputEma:
         ema.observe(1000, 0.05)  # 20,000 tok/s observed
         assert ema.value == pytest.approx(0.995 * 8500 + 0.005 * 20_000)  # 8557.5
 
-    def test_idle_steps_in_closed_form_equal_stepping(self) -> None:
-        stepped, closed = ThroughputEma(8500.0, 0.995), ThroughputEma(8500.0, 0.995)
+    def test_a_step_without_prefill_tokens_is_not_observed(self) -> None:
+        ema = ThroughputEma(8500.0, 0.995)
         for _ in range(300):
-            stepped.observe(0, 0.02)
-        closed.observe_idle_steps(300)
-        assert closed.value == pytest.approx(stepped.value, rel=1e-12)
-        assert closed.value == pytest.approx(8500 * 0.995**300)
+            ema.observe(0, 0.02)
+        assert ema.value == 8500.0
 
     def test_a_step_without_time_is_skipped(self) -> None:
         ema = ThroughputEma(8500.0, 0.995)
