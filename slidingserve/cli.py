@@ -12,7 +12,17 @@ from slidingserve.cli_bench import add_bench_command
 from slidingserve.cli_commands import run_goodput, run_list, run_predictor, run_simulate
 from slidingserve.cli_engine import add_engine_commands
 from slidingserve.cli_flags import add_workload_flags
+from slidingserve.core.view import EngineLimits
 from slidingserve.engines.vllm.runtime import VllmMissingError
+from slidingserve.eval.experiment import GoodputExperiment
+from slidingserve.eval.goodput import SearchSettings
+from slidingserve.sim.hardware import HardwareConfig
+
+# Help texts state the defaults of the configs themselves, so the two cannot drift.
+HARDWARE = HardwareConfig()
+LIMITS = EngineLimits()
+EXPERIMENT = GoodputExperiment()
+SEARCH = SearchSettings()
 
 
 def _positive_float(text: str) -> float:
@@ -29,13 +39,25 @@ def _comma_list(text: str) -> tuple[str, ...]:
 def _add_common(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("setup (override the --config file)")
     group.add_argument("--config", type=Path, help="TOML settings file (see README)")
-    group.add_argument("--gpu", help="GPU of the simulated replica (default a100)")
-    group.add_argument("--model", help="model served (default llama-3-8b)")
-    group.add_argument("--tp", type=int, help="tensor-parallel degree (default 1)")
-    group.add_argument("--noise", type=float, help="relative noise on iteration times (0.02)")
-    group.add_argument("--max-num-batched-tokens", type=int, help="engine token budget (2048)")
-    group.add_argument("--max-num-seqs", type=int, help="engine batch-size cap (256)")
-    group.add_argument("--requests", type=int, help="requests per simulated run")
+    group.add_argument("--gpu", help=f"GPU of the simulated replica (default {HARDWARE.gpu})")
+    group.add_argument("--model", help=f"model served (default {HARDWARE.model})")
+    group.add_argument("--tp", type=int, help=f"tensor-parallel degree (default {HARDWARE.tp})")
+    group.add_argument(
+        "--noise", type=float, help=f"relative noise on iteration times ({HARDWARE.noise})"
+    )
+    group.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        help=f"engine token budget ({LIMITS.max_num_batched_tokens})",
+    )
+    group.add_argument(
+        "--max-num-seqs", type=int, help=f"engine batch-size cap ({LIMITS.max_num_seqs})"
+    )
+    group.add_argument(
+        "--requests",
+        type=int,
+        help=f"requests per simulated run (simulate 1000, goodput {EXPERIMENT.num_requests})",
+    )
     add_workload_flags(group)
     group.add_argument("--tbt-reading", help="TBT violations: cumulative or per-gap")
     group.add_argument(
@@ -64,17 +86,34 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.set_defaults(handler=run_simulate)
 
     goodput = commands.add_parser("goodput", help="policies × workloads → goodput table + plot")
-    goodput.add_argument("--policies", type=_comma_list, help="default vllm,sarathi,sarathi-edf")
-    goodput.add_argument("--workloads", type=_comma_list, help="default all four")
-    goodput.add_argument("--seeds", type=int, help="number of seeds (default 3)")
-    goodput.add_argument("--threshold", type=float, help="violating fraction allowed (0.01)")
-    goodput.add_argument("--precision", type=float, help="relative precision (0.02)")
+    goodput.add_argument(
+        "--policies", type=_comma_list, help=f"default {','.join(EXPERIMENT.policies)}"
+    )
+    goodput.add_argument(
+        "--workloads", type=_comma_list, help=f"default {','.join(EXPERIMENT.workloads)}"
+    )
+    goodput.add_argument(
+        "--seeds", type=int, help=f"number of seeds (default {len(EXPERIMENT.seeds)})"
+    )
+    goodput.add_argument(
+        "--reference",
+        help=f"goodput ratios are to this policy (default {EXPERIMENT.reference}, "
+        "or the first policy when it does not run)",
+    )
+    goodput.add_argument(
+        "--threshold", type=float, help=f"violating fraction allowed ({SEARCH.threshold})"
+    )
+    goodput.add_argument("--precision", type=float, help=f"relative precision ({SEARCH.precision})")
     goodput.add_argument(
         "--criteria",
         type=_comma_list,
         help="who must meet SLOs: overall, worst-tier, tier:NAME (comma list; overall)",
     )
-    goodput.add_argument("--curve-points", type=int, help="rates per violation curve (8)")
+    goodput.add_argument(
+        "--curve-points",
+        type=int,
+        help=f"rates per violation curve, each run on every seed ({EXPERIMENT.curve_points})",
+    )
     goodput.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
     goodput.add_argument("--out-dir", type=Path, default=Path("results/goodput"))
     goodput.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -12,10 +12,12 @@ from slidingserve import config as cfg
 from slidingserve.cli_flags import workload_flags
 from slidingserve.eval.experiment import GoodputExperiment, run_experiment, task_count
 from slidingserve.eval.report import (
+    at_goodput_table,
     describe_setup,
     experiment_payload,
     goodput_rows,
     goodput_table,
+    ratio_table,
     simulation_table,
     tier_table,
     write_csv,
@@ -92,11 +94,15 @@ def experiment_from(args: argparse.Namespace, settings: cfg.Settings) -> Goodput
         curve_points=args.curve_points,
         jobs=args.jobs,
         criteria=args.criteria,
+        reference=args.reference,
     )
     table = settings["goodput"]
     defaults = GoodputExperiment()
     policies = tuple(table.get("policies", defaults.policies))
     seeds = table.get("seeds", len(defaults.seeds))
+    reference = table.get("reference", defaults.reference)
+    if "reference" in table and reference not in policies:
+        raise ValueError(f"reference policy {reference!r} is not among {', '.join(policies)}")
     workload = settings["workload"]
     return GoodputExperiment(
         policies=policies,
@@ -116,6 +122,7 @@ def experiment_from(args: argparse.Namespace, settings: cfg.Settings) -> Goodput
         search=cfg.search_settings(settings),
         curve_points=table.get("curve_points", defaults.curve_points),
         jobs=table.get("jobs", defaults.jobs),
+        reference=reference,
     )
 
 
@@ -140,9 +147,20 @@ def run_goodput(args: argparse.Namespace) -> int:
         f"\nGoodput, req/s (mean ± std over seeds; share of the capacity bound)\n"
         f"{describe_setup(result)}"
     )
+    reference = experiment.reference_policy
     for criterion in experiment.criteria:
         print(f"\nrequests that must meet their SLO: {criterion}")
         print(goodput_table(result, criterion))
+        print(
+            f"\nGoodput ÷ {reference}'s on the same seed: mean [95% t-interval over "
+            f"{len(experiment.seeds)} seeds]; * where the interval excludes 1"
+        )
+        print(ratio_table(result, criterion))
+        print(
+            "\nAt each policy's goodput (mean over seeds): p99 gap between tokens and the "
+            "share of requests with a gap over their TBT (the per-gap reading)"
+        )
+        print(at_goodput_table(result, criterion))
     if any(row.fraction_of_bound > 1 for row in result.rows):
         print(
             "\nnote: a goodput above the capacity bound means the trial ended before its "

@@ -7,7 +7,8 @@ Precedence: built-in defaults < the file given with --config < flags. The file's
     [workload]   requests, arrival ("poisson" | "gamma"), burstiness, slo ("strict" |
                  "relaxed"), slo_scale, trace_dir, tbt_reading ("cumulative" | "per-gap")
     [workload.overload]  start, duration (seconds), factor
-    [goodput]    policies, workloads, seeds, threshold, precision, curve_points, jobs
+    [goodput]    policies, reference, workloads, seeds, criteria, threshold, precision,
+                 curve_points, jobs
     [policies.NAME]      that policy's options, e.g. [policies.sarathi] chunk_size = 256
 """
 
@@ -134,6 +135,7 @@ def tbt_reading(settings: Settings) -> TbtReading:
 
 GOODPUT_KEYS = (
     "policies",
+    "reference",
     "criteria",
     "workloads",
     "seeds",

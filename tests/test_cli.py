@@ -55,6 +55,39 @@ def test_goodput_writes_table_json_csv_and_plot(
     assert (tmp_path / "violation_vs_rate.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_goodput_prints_ratios_with_intervals_and_per_gap_tbt(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, text, _ = run(
+        capsys,
+        "goodput", "--policies", "sarathi,sarathi-edf", "--reference", "sarathi",
+        "--workloads", "sharegpt", "--seeds", "2", "--requests", "60", "--precision", "0.2",
+        "--curve-points", "0", "--jobs", "1", "--no-progress", "--out-dir", str(tmp_path),
+    )  # fmt: skip
+    assert code == 0
+    assert "Goodput ÷ sarathi's on the same seed" in text
+    assert "p99 gap between tokens" in text
+    rows = {r["policy"]: r for r in json.loads((tmp_path / "goodput.json").read_text())["goodput"]}
+    assert rows["sarathi-edf"]["at_goodput"][0] > 0  # p99 per-gap TBT, seconds
+    ratios = json.loads((tmp_path / "goodput.json").read_text())["goodput_ratios"]
+    assert [(r["policy"], r["reference"]) for r in ratios] == [("sarathi-edf", "sarathi")]
+    per_seed = rows["sarathi-edf"]["per_seed"]
+    reference = rows["sarathi"]["per_seed"]
+    expected = [a / b for a, b in zip(per_seed, reference, strict=True)]
+    assert ratios[0]["interval"]["per_seed"] == pytest.approx(expected)
+
+
+def test_goodput_help_states_the_true_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    from slidingserve.eval.experiment import GoodputExperiment
+
+    with pytest.raises(SystemExit):
+        main(["goodput", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    defaults = GoodputExperiment()
+    assert f"default {','.join(defaults.policies)}" in text
+    assert f"number of seeds (default {len(defaults.seeds)})" in text
+
+
 def test_config_file_and_flags_combine(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     config = tmp_path / "settings.toml"
     config.write_text(
@@ -93,6 +126,10 @@ def test_predictor_reports_accuracy_and_saves(
         (["simulate", "--requests", "0"], "num_requests must be at least 1"),
         (["goodput", "--policies", "vllm,magic"], "unknown policy 'magic'"),
         (["goodput", "--seeds", "0"], "seeds must be a positive count"),
+        (
+            ["goodput", "--policies", "vllm,sarathi", "--reference", "qoserve"],
+            "reference policy 'qoserve' is not among vllm, sarathi",
+        ),
         (["simulate", "--set", "sarathi.chunk_size=abc"], "chunk_size must be an integer"),
         (["simulate", "--set", "sarathi.chunk_size=1.5"], "chunk_size must be an integer"),
         (["simulate", "--set", "sarathi.chunk_size=true"], "chunk_size must be an integer"),

@@ -3,19 +3,20 @@
 For each workload the capacity bound gives the first rate to try (half of it). Each
 (policy, workload, seed) search is one task; tasks run in a process pool over the
 machine's cores. The same seeds serve every policy (common random numbers), and a
-violation-rate curve over a common grid of rates is measured for the plot.
+violation-rate curve over a common grid of rates is measured for every seed.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import statistics
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from slidingserve.core.view import EngineLimits
 from slidingserve.eval.capacity import CapacityBound, capacity_bound
@@ -46,9 +47,10 @@ Progress = Callable[[int], None]  # called with the number of tasks just finishe
 class GoodputExperiment:
     """What to compare and how."""
 
-    policies: tuple[str, ...] = ("vllm", "sarathi", "sarathi-edf", "slidingserve")
+    policies: tuple[str, ...] = ("vllm", "sarathi", "sarathi-edf", "qoserve", "slidingserve")
     workloads: tuple[str, ...] = ("sharegpt", "arxiv", "mixed-v1", "mixed-v2")
     seeds: tuple[int, ...] = (0, 1, 2)
+    reference: str = "sarathi-edf"  # goodput ratios are to this policy (the first if absent)
     num_requests: int = 600  # requests per simulated trial
     arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
     slo_preset: str = "strict"
@@ -87,6 +89,11 @@ class GoodputExperiment:
                 )
         if self.curve_points < 0 or self.jobs < 0:
             raise ValueError("curve_points and jobs must be non-negative")
+
+    @property
+    def reference_policy(self) -> str:
+        """The policy the ratio table divides by: `reference` if it runs, else the first."""
+        return self.reference if self.reference in self.policies else self.policies[0]
 
     def workload_config(self, name: str) -> WorkloadConfig:
         return WorkloadConfig(
@@ -130,18 +137,44 @@ class GoodputRow:
     per_seed: tuple[float, ...]  # req/s, in seed order
     capacity_bound: float  # req/s
     trials: int  # simulations the searches ran
+    at_goodput: AtGoodput  # the runs at each seed's goodput, averaged over the seeds
 
     @property
     def fraction_of_bound(self) -> float:
         return self.goodput_mean / self.capacity_bound
 
 
+class AtGoodput(NamedTuple):
+    """A run at a policy's goodput rate as a user sees it, whatever the TBT reading of the
+    search (NaN when no rate passed)."""
+
+    tbt_p99: float  # seconds, p99 of every gap between tokens
+    cumulative_violation: float  # fraction late under the cumulative deadlines
+    per_gap_violation: float  # fraction late when every gap is held to L_tbt
+
+    @classmethod
+    def of(cls, result: SimulationResult | None) -> AtGoodput:
+        if result is None:
+            return cls(math.nan, math.nan, math.nan)
+        m = result.metrics
+        return cls(m.tbt.p99, m.cumulative_violation_rate, m.per_gap_violation_rate)
+
+    @classmethod
+    def mean(cls, runs: Sequence[AtGoodput]) -> AtGoodput:
+        """Field by field, over the runs where a rate passed."""
+        passed = [run for run in runs if not math.isnan(run.tbt_p99)]
+        if not passed:
+            return cls(math.nan, math.nan, math.nan)
+        return cls(*(statistics.fmean(values) for values in zip(*passed, strict=True)))
+
+
 @dataclass(frozen=True, slots=True)
 class CurvePoint:
-    """One point of a violation-rate curve (first seed)."""
+    """One point of a violation-rate curve, for one seed."""
 
     policy: str
     workload: str
+    seed: int
     rate: float  # req/s
     violation_rate: float  # fraction of requests with any late token
     ttft_violation_rate: float  # fraction with a late first token
@@ -165,7 +198,10 @@ class _SearchTask:
     criteria: tuple[str, ...]
 
 
-def _run_search(task: _SearchTask) -> dict[str, GoodputEstimate]:
+SearchOutcome = tuple[GoodputEstimate, AtGoodput]
+
+
+def _run_search(task: _SearchTask) -> dict[str, SearchOutcome]:
     """One search per criterion; they share the simulations of the rates they both try."""
     runs: dict[float, SimulationResult] = {}
 
@@ -174,14 +210,15 @@ def _run_search(task: _SearchTask) -> dict[str, GoodputEstimate]:
             runs[rate] = simulate(task.spec, rate, task.seed)
         return runs[rate]
 
-    return {
-        criterion: search_goodput(
+    outcomes = {}
+    for criterion in task.criteria:
+        estimate = search_goodput(
             lambda rate, c=criterion: violation_for(result_at(rate), c),  # type: ignore[misc]
             task.initial_rate,
             task.settings,
         )
-        for criterion in task.criteria
-    }
+        outcomes[criterion] = (estimate, AtGoodput.of(runs.get(estimate.goodput)))
+    return outcomes
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +233,7 @@ def _run_curve_point(task: _CurveTask) -> CurvePoint:
     return CurvePoint(
         task.spec.policy,
         task.spec.workload.name,
+        task.seed,
         task.rate,
         metrics.violation_rate,
         metrics.ttft_violation_rate,
@@ -241,21 +279,20 @@ def run_experiment(
 def task_count(experiment: GoodputExperiment) -> int:
     """How many tasks `run_experiment` reports through `progress`."""
     searches = len(experiment.policies) * len(experiment.workloads) * len(experiment.seeds)
-    curves = len(experiment.policies) * len(experiment.workloads) * experiment.curve_points
-    return searches + curves
+    return searches * (1 + experiment.curve_points)
 
 
 def _rows(
     experiment: GoodputExperiment,
     bounds: Mapping[str, CapacityBound],
-    estimates: Mapping[tuple[str, str, int], dict[str, GoodputEstimate]],
+    estimates: Mapping[tuple[str, str, int], dict[str, SearchOutcome]],
 ) -> list[GoodputRow]:
     rows = []
     for criterion, workload, policy in itertools.product(
         experiment.criteria, experiment.workloads, experiment.policies
     ):
-        found = [estimates[policy, workload, seed][criterion] for seed in experiment.seeds]
-        rows.append(_row(policy, workload, criterion, found, bounds[workload]))
+        outcomes = [estimates[policy, workload, seed][criterion] for seed in experiment.seeds]
+        rows.append(_row(policy, workload, criterion, outcomes, bounds[workload]))
     return rows
 
 
@@ -263,9 +300,10 @@ def _row(
     policy: str,
     workload: str,
     criterion: str,
-    found: list[GoodputEstimate],
+    outcomes: list[SearchOutcome],
     bound: CapacityBound,
 ) -> GoodputRow:
+    found = [estimate for estimate, _ in outcomes]
     values = tuple(e.goodput for e in found)
     return GoodputRow(
         policy=policy,
@@ -277,6 +315,7 @@ def _row(
         per_seed=values,
         capacity_bound=bound.rate,
         trials=sum(len(e.probes) for e in found),
+        at_goodput=AtGoodput.mean([at for _, at in outcomes]),
     )
 
 
@@ -301,7 +340,7 @@ def _curve_tasks(
         rates = [top * (0.15 + 0.85 * i / max(1, points - 1)) for i in range(points)]
         for policy in experiment.policies:
             spec = experiment.spec(policy, workload, calibration)
-            tasks += [_CurveTask(spec, experiment.seeds[0], rate) for rate in rates]
+            tasks += [_CurveTask(spec, seed, rate) for seed in experiment.seeds for rate in rates]
     return tasks
 
 

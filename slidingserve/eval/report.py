@@ -6,12 +6,14 @@ import csv
 import dataclasses
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slidingserve.eval.ratios import RatioInterval, goodput_ratios
+
 if TYPE_CHECKING:
-    from slidingserve.eval.experiment import ExperimentResult
+    from slidingserve.eval.experiment import ExperimentResult, GoodputRow
     from slidingserve.sim.runner import SimulationResult
 
 
@@ -31,21 +33,59 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def goodput_table(result: ExperimentResult, criterion: str | None = None) -> str:
     """Workloads down, policies across: mean ± std goodput (req/s) and its share of the bound,
     under `criterion` (default: the experiment's first)."""
+
+    def cell(row: GoodputRow) -> str:
+        return f"{row.goodput_mean:.2f} ± {row.goodput_std:.2f} ({row.fraction_of_bound:.0%})"
+
+    return _policy_grid(result, criterion, cell, bound=True)
+
+
+def at_goodput_table(result: ExperimentResult, criterion: str | None = None) -> str:
+    """Workloads down, policies across: at each seed's goodput rate, the p99 gap between
+    tokens (ms) and the share of requests with a gap over their TBT (per-gap reading)."""
+
+    def cell(row: GoodputRow) -> str:
+        at = row.at_goodput
+        if math.isnan(at.tbt_p99):
+            return "n/a"
+        return f"{1000 * at.tbt_p99:.0f} ms ({100 * at.per_gap_violation:.1f}%)"
+
+    return _policy_grid(result, criterion, cell, bound=False)
+
+
+def ratio_table(result: ExperimentResult, criterion: str | None = None) -> str:
+    """Workloads down, the other policies across: mean per-seed goodput ratio to the
+    reference policy with its 95% interval; `*` where the interval excludes 1."""
     experiment = result.experiment
-    criterion = criterion or experiment.criteria[0]
-    header = ["workload", "bound", *experiment.policies]
+    reference = experiment.reference_policy
+    ratios = goodput_ratios(result, reference, criterion)
+    others = [p for p in experiment.policies if p != reference]
     rows = []
     for workload in experiment.workloads:
-        cells = [workload, f"{result.bounds[workload].rate:.2f}"]
+        by_policy = {r.policy: r.interval for r in ratios if r.workload == workload}
+        rows.append([workload, *(by_policy[p].format() for p in others)])
+    return format_table(["workload", *others], rows)
+
+
+def _policy_grid(
+    result: ExperimentResult,
+    criterion: str | None,
+    cell: Callable[[GoodputRow], str],
+    bound: bool,
+) -> str:
+    experiment = result.experiment
+    criterion = criterion or experiment.criteria[0]
+    header = ["workload", *(["bound"] if bound else []), *experiment.policies]
+    rows = []
+    for workload in experiment.workloads:
+        cells = [workload, *([f"{result.bounds[workload].rate:.2f}"] if bound else [])]
         for policy in experiment.policies:
             row = next(
                 r
                 for r in result.rows
                 if r.policy == policy and r.workload == workload and r.criterion == criterion
             )
-            cells.append(
-                f"{row.goodput_mean:.2f} ± {row.goodput_std:.2f} ({row.fraction_of_bound:.0%})"
-            )
+            cells.append(cell(row))
         rows.append(cells)
     return format_table(header, rows)
 
@@ -62,7 +102,9 @@ def describe_setup(result: ExperimentResult) -> str:
 
 
 def simulation_table(results: Sequence[SimulationResult]) -> str:
-    header = ["policy", "workload", "rate", "viol%", "ttft%", "tbt%"]
+    """One row per run. `viol%`, `ttft%` and `tbt%` use the run's TBT reading; `cum%` and
+    `gap%` are the violating shares under each reading; TBT percentiles are of every gap."""
+    header = ["policy", "workload", "rate", "viol%", "ttft%", "tbt%", "cum%", "gap%"]
     header += ["TTFT p50/p99 ms", "TBT p50/p99 ms", "TPOT p50 ms", "req/s", "tok/s"]
     rows = []
     for result in results:
@@ -72,9 +114,16 @@ def simulation_table(results: Sequence[SimulationResult]) -> str:
                 row["policy"],
                 row["workload"],
                 f"{row['rate']:.2f}",
-                f"{100 * row['violation_rate']:.1f}",
-                f"{100 * row['ttft_violation_rate']:.1f}",
-                f"{100 * row['tbt_violation_rate']:.1f}",
+                *(
+                    _percent(row[key])
+                    for key in (
+                        "violation_rate",
+                        "ttft_violation_rate",
+                        "tbt_violation_rate",
+                        "cumulative_violation_rate",
+                        "per_gap_violation_rate",
+                    )
+                ),
                 f"{row['ttft_p50_ms']:.0f} / {row['ttft_p99_ms']:.0f}",
                 f"{row['tbt_p50_ms']:.1f} / {row['tbt_p99_ms']:.1f}",
                 f"{row['tpot_p50_ms']:.1f}",
@@ -85,10 +134,14 @@ def simulation_table(results: Sequence[SimulationResult]) -> str:
     return format_table(header, rows)
 
 
+def _percent(fraction: float) -> str:
+    return f"{100 * fraction:.1f}"
+
+
 def tier_table(results: Sequence[SimulationResult]) -> str:
     """One row per run and tier: violations and TTFT/TBT percentiles of that tier."""
     header = ["policy", "workload", "rate", "tier", "requests", "viol%", "ttft%", "tbt%"]
-    header += ["TTFT p50/p99 ms", "TBT p99 ms"]
+    header += ["gap%", "TTFT p50/p99 ms", "TBT p99 ms"]
     rows = []
     for result in results:
         for tier, m in result.tiers.items():
@@ -102,6 +155,7 @@ def tier_table(results: Sequence[SimulationResult]) -> str:
                     f"{100 * m.violation_rate:.1f}",
                     f"{100 * m.ttft_violation_rate:.1f}",
                     f"{100 * m.tbt_violation_rate:.1f}",
+                    f"{100 * m.per_gap_violation_rate:.1f}",
                     f"{m.ttft.p50 * 1000:.0f} / {m.ttft.p99 * 1000:.0f}",
                     f"{m.tbt.p99 * 1000:.1f}",
                 ]
@@ -143,11 +197,22 @@ def experiment_payload(result: ExperimentResult) -> dict[str, Any]:
             {**dataclasses.asdict(row), "fraction_of_bound": row.fraction_of_bound}
             for row in result.rows
         ],
+        "goodput_ratios": [
+            {**dataclasses.asdict(row), "significant": row.interval.significant}
+            for criterion in result.experiment.criteria
+            for row in goodput_ratios(result, result.experiment.reference_policy, criterion)
+        ],
         "violation_curve": [dataclasses.asdict(point) for point in result.curve],
     }
 
 
 def goodput_rows(result: ExperimentResult) -> list[dict[str, Any]]:
+    reference = result.experiment.reference_policy
+    ratios = {
+        (ratio.policy, ratio.workload, ratio.criterion): ratio.interval
+        for criterion in result.experiment.criteria
+        for ratio in goodput_ratios(result, reference, criterion)
+    }
     return [
         {
             "policy": row.policy,
@@ -160,9 +225,24 @@ def goodput_rows(result: ExperimentResult) -> list[dict[str, Any]]:
             "capacity_bound": row.capacity_bound,
             "fraction_of_bound": row.fraction_of_bound,
             "trials": row.trials,
+            "tbt_p99_ms_at_goodput": 1000 * row.at_goodput.tbt_p99,
+            "cumulative_violation_at_goodput": row.at_goodput.cumulative_violation,
+            "per_gap_violation_at_goodput": row.at_goodput.per_gap_violation,
+            **_ratio_fields(reference, ratios.get((row.policy, row.workload, row.criterion))),
         }
         for row in result.rows
     ]
+
+
+def _ratio_fields(reference: str, interval: RatioInterval | None) -> dict[str, Any]:
+    """A row's goodput ratio to the reference policy, for the CSV (empty for the reference)."""
+    if interval is None:
+        return dict.fromkeys(RATIO_FIELDS, "")
+    values = (reference, interval.mean, interval.low, interval.high, interval.significant)
+    return dict(zip(RATIO_FIELDS, values, strict=True))
+
+
+RATIO_FIELDS = ("ratio_reference", "ratio_mean", "ratio_low", "ratio_high", "ratio_significant")
 
 
 def _jsonable(value: Any) -> Any:

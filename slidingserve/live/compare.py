@@ -14,6 +14,7 @@ the median violation rate (and all the runs' rates), the search judges by that m
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -68,6 +69,8 @@ class LiveRow:
     goodput_vllm: float  # req/s meeting TTFT and TPOT, vLLM's --goodput sense
     failed: int  # requests that ended in an error
     violation_runs: tuple[float, ...] = ()  # every repeat's violation rate, sorted
+    per_gap_violation_rate: float = math.nan  # any gap over L_tbt, or a late first token
+    itl_p99_ms: float = math.nan  # p99 gap between streamed tokens (vLLM's ITL), ms
 
 
 @dataclass(frozen=True)
@@ -125,9 +128,10 @@ def calibrate(settings: LiveSettings, url: str) -> float:
 
 
 def table(comparison: LiveComparison) -> str:
-    """Policies × rates: violation rates and goodput; the searched goodput when there is one."""
-    header = ["policy", "rate", "viol%", "ttft%", "tbt%", "goodput", "goodput(vLLM)", "failed"]
-    header += ["viol% of each run"]
+    """Policies × rates: violation rates (cumulative, and `gap%` per gap), the p99 gap
+    between tokens, and goodput; the searched goodput when there is one."""
+    header = ["policy", "rate", "viol%", "ttft%", "tbt%", "gap%", "ITL p99 ms"]
+    header += ["goodput", "goodput(vLLM)", "failed", "viol% of each run"]
     header += ["searched goodput"] if comparison.goodput else []
     rows = []
     for row in comparison.rows:
@@ -137,6 +141,8 @@ def table(comparison: LiveComparison) -> str:
             f"{100 * row.violation_rate:.1f}",
             f"{100 * row.ttft_violation_rate:.1f}",
             f"{100 * row.tbt_violation_rate:.1f}",
+            f"{100 * row.per_gap_violation_rate:.1f}",
+            f"{row.itl_p99_ms:.1f}",
             f"{row.goodput:.2f}",
             f"{row.goodput_vllm:.2f}",
             str(row.failed),
@@ -201,6 +207,8 @@ def median_row(policy: str, rate: float, runs: Sequence[BenchSummary]) -> LiveRo
         median.goodput_vllm,
         median.failed,
         tuple(run.violations.overall for run in ordered),
+        median.violations_per_gap.overall,
+        median.itl_ms.p99,
     )
 
 

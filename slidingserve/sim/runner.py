@@ -68,6 +68,8 @@ class SimulationResult:
             "ttft_violation_rate": m.ttft_violation_rate,
             "tbt_violation_rate": m.tbt_violation_rate,
             "tbt_reading": m.tbt_reading,
+            "cumulative_violation_rate": m.cumulative_violation_rate,
+            "per_gap_violation_rate": m.per_gap_violation_rate,
             "throughput_rps": m.request_throughput,
             "output_tps": m.output_throughput,
         }

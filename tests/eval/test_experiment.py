@@ -22,7 +22,8 @@ SMALL = GoodputExperiment(
 def test_rows_curves_and_progress_match_the_experiment() -> None:
     finished: list[int] = []
     result = run_experiment(SMALL, finished.append)
-    assert sum(finished) == task_count(SMALL) == 2 * 2 + 2 * 3
+    # 2 policies × 2 seeds searched, and each of those on a 3-rate curve.
+    assert sum(finished) == task_count(SMALL) == 2 * 2 + 2 * 2 * 3
     assert [(r.policy, r.workload) for r in result.rows] == [
         ("vllm", "sharegpt"),
         ("sarathi", "sharegpt"),
@@ -31,7 +32,15 @@ def test_rows_curves_and_progress_match_the_experiment() -> None:
         assert len(row.per_seed) == 2
         assert row.goodput_mean == pytest.approx(sum(row.per_seed) / 2)
         assert 0 < row.goodput_mean < 2 * row.capacity_bound
-    assert len(result.curve) == 6
+        at = row.at_goodput  # what the runs at the goodput rates looked like
+        assert 0 < at.tbt_p99 < 1.0
+        assert at.cumulative_violation <= SMALL.search.threshold
+        assert at.cumulative_violation <= at.per_gap_violation <= 1
+    assert len(result.curve) == 12
+    for policy in SMALL.policies:  # every seed on the same rates
+        points = [(p.seed, p.rate) for p in result.curve if p.policy == policy]
+        rates = sorted({rate for _, rate in points})
+        assert sorted(points) == [(seed, rate) for seed in SMALL.seeds for rate in rates]
     assert "sharegpt" in goodput_table(result)
 
 
@@ -86,3 +95,18 @@ def test_tier_criteria_give_a_row_each_and_the_worst_tier_is_the_strictest() -> 
 def test_unknown_criteria_are_rejected() -> None:
     with pytest.raises(ValueError, match="unknown goodput criterion 'worst-tier'"):
         GoodputExperiment(criteria=("worst-tier",))  # no tiers
+
+
+def test_the_reference_is_the_first_policy_when_sarathi_edf_does_not_run() -> None:
+    assert SMALL.reference_policy == "vllm"
+    assert GoodputExperiment(policies=("sarathi", "sarathi-edf")).reference_policy == "sarathi-edf"
+
+
+def test_the_main_job_compares_qoserve_too() -> None:
+    assert GoodputExperiment().policies == (
+        "vllm",
+        "sarathi",
+        "sarathi-edf",
+        "qoserve",
+        "slidingserve",
+    )

@@ -62,13 +62,20 @@ def test_a_fixed_rate_reports_its_median_run_and_every_runs_rate() -> None:
 
     def run(violation: float, goodput: float) -> SimpleNamespace:
         violations = SimpleNamespace(overall=violation, ttft=violation / 2, tbt=violation)
+        per_gap = SimpleNamespace(overall=2 * violation)
         return SimpleNamespace(
-            violations=violations, goodput=goodput, goodput_vllm=goodput, failed=0
+            violations=violations,
+            violations_per_gap=per_gap,
+            itl_ms=SimpleNamespace(p99=1000 * violation),
+            goodput=goodput,
+            goodput_vllm=goodput,
+            failed=0,
         )
 
     row = median_row("qoserve", 32.0, [run(0.15, 20.0), run(0.0, 31.0), run(0.05, 28.0)])  # type: ignore[list-item]
     assert (row.violation_rate, row.goodput) == (0.05, 28.0)
     assert row.violation_runs == (0.0, 0.05, 0.15)
+    assert (row.per_gap_violation_rate, row.itl_p99_ms) == (0.1, 50.0)  # the median run's
     with pytest.raises(ValueError, match="at least one run"):
         median_row("qoserve", 32.0, [])
 

@@ -45,6 +45,19 @@ def test_cumulative_reading_lets_early_tokens_bank_slack() -> None:
     assert per_gap.tbt_violation_rate == 1.0
     assert per_gap.ttft_violation_rate == 0.0
     assert per_gap.tbt_reading == "per-gap"
+    for reading in (cumulative, per_gap):  # both readings whatever the one asked for
+        assert reading.cumulative_violation_rate == 0.0
+        assert reading.per_gap_violation_rate == 1.0
+
+
+def test_both_readings_count_a_late_first_token() -> None:
+    # Late first token (1.2 > 1.0), then gaps of 0.05 under the 0.1 TBT: late in both
+    # readings by its first token alone; the second request is late only per gap.
+    late_first = finished("a", 0.0, [1.2, 1.25, 1.3], ttft=1.0, tbt=0.1)
+    stall = finished("b", 0.0, [0.2, 0.25, 0.5], ttft=1.0, tbt=0.1)  # gap 0.25 > 0.1
+    metrics = compute_metrics([late_first, stall])
+    assert metrics.cumulative_violation_rate == pytest.approx(0.5)
+    assert metrics.per_gap_violation_rate == pytest.approx(1.0)
 
 
 def test_violations_are_counted_per_request_and_by_kind() -> None:

@@ -1,0 +1,104 @@
+"""Differences between policies with their uncertainty: per-seed goodput ratios.
+
+With common random numbers a seed fixes the requests and the arrival pattern for every
+policy, so the ratio of two policies' goodputs on the same seed cancels most of what the
+seed does to both. The ratios of the seeds are summarised by their mean and a Student-t
+interval; a difference is called real only when the interval excludes 1.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from scipy import stats
+
+if TYPE_CHECKING:
+    from slidingserve.eval.experiment import ExperimentResult
+
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True, slots=True)
+class RatioInterval:
+    """The mean of per-seed ratios and its confidence interval (NaN bounds below 2 seeds)."""
+
+    mean: float
+    low: float
+    high: float
+    per_seed: tuple[float, ...]  # the ratios used, seed order (undefined ones left out)
+
+    @property
+    def significant(self) -> bool:
+        """Whether the interval excludes 1 (a NaN bound never does)."""
+        return self.low > 1 or self.high < 1
+
+    def format(self) -> str:
+        """`1.04 [0.98, 1.10]`, with `*` after it when significant."""
+        if math.isnan(self.mean):
+            return "n/a"
+        if math.isnan(self.low):
+            return f"{self.mean:.2f} [n={len(self.per_seed)}]"
+        mark = " *" if self.significant else ""
+        return f"{self.mean:.2f} [{self.low:.2f}, {self.high:.2f}]{mark}"
+
+
+def ratio_interval(ratios: Sequence[float], confidence: float = CONFIDENCE) -> RatioInterval:
+    """Mean of `ratios` with a two-sided Student-t interval at `confidence`."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    values = tuple(ratios)
+    if not values:
+        return RatioInterval(math.nan, math.nan, math.nan, ())
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return RatioInterval(mean, math.nan, math.nan, values)
+    quantile = float(stats.t.ppf(0.5 + confidence / 2, len(values) - 1))
+    half = quantile * statistics.stdev(values) / math.sqrt(len(values))
+    return RatioInterval(mean, mean - half, mean + half, values)
+
+
+def per_seed_ratios(values: Sequence[float], reference: Sequence[float]) -> list[float]:
+    """values[i] / reference[i] for every seed where the reference's goodput is positive."""
+    if len(values) != len(reference):
+        raise ValueError(f"{len(values)} values against {len(reference)} reference values")
+    return [v / r for v, r in zip(values, reference, strict=True) if r > 0]
+
+
+@dataclass(frozen=True, slots=True)
+class RatioRow:
+    """Goodput of `policy` over that of `reference`, on one workload and criterion."""
+
+    policy: str
+    reference: str
+    workload: str
+    criterion: str
+    interval: RatioInterval
+
+
+def goodput_ratios(
+    result: ExperimentResult, reference: str, criterion: str | None = None
+) -> list[RatioRow]:
+    """Every other policy's per-seed goodput ratio to `reference`, per workload."""
+    experiment = result.experiment
+    if reference not in experiment.policies:
+        raise ValueError(f"reference policy {reference!r} is not in the run")
+    criterion = criterion or experiment.criteria[0]
+    rows = {(r.policy, r.workload): r for r in result.rows if r.criterion == criterion}
+    return [
+        RatioRow(
+            policy,
+            reference,
+            workload,
+            criterion,
+            ratio_interval(
+                per_seed_ratios(rows[policy, workload].per_seed, rows[reference, workload].per_seed)
+            ),
+        )
+        for workload in experiment.workloads
+        for policy in experiment.policies
+        if policy != reference
+    ]

@@ -1,0 +1,85 @@
+"""Per-seed goodput ratios and their intervals, on hand-worked numbers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from slidingserve.eval.experiment import (
+    AtGoodput,
+    ExperimentResult,
+    GoodputExperiment,
+    GoodputRow,
+)
+from slidingserve.eval.ratios import goodput_ratios, per_seed_ratios, ratio_interval
+from slidingserve.eval.report import ratio_table
+
+T_975_2 = 4.302652729911275  # Student t, 97.5% quantile, 2 degrees of freedom
+
+
+def test_interval_of_three_ratios() -> None:
+    # Mean 1.1, sample std 0.1: half-width 4.3027 × 0.1 / √3 = 0.2484.
+    interval = ratio_interval([1.0, 1.2, 1.1])
+    assert interval.mean == pytest.approx(1.1)
+    assert interval.low == pytest.approx(1.1 - T_975_2 * 0.1 / math.sqrt(3))
+    assert interval.high == pytest.approx(1.1 + T_975_2 * 0.1 / math.sqrt(3))
+    assert not interval.significant
+    assert interval.format() == "1.10 [0.85, 1.35]"
+
+
+@pytest.mark.parametrize(
+    ("ratios", "significant"),
+    [
+        ([1.10, 1.12, 1.11], True),  # above 1
+        ([0.90, 0.92, 0.91], True),  # below 1
+        ([0.99, 1.03, 1.01], False),  # straddles 1
+        ([1.0, 1.0, 1.0], False),  # identical: [1, 1] does not exclude 1
+    ],
+)
+def test_a_difference_is_real_only_when_the_interval_excludes_one(
+    ratios: list[float], significant: bool
+) -> None:
+    interval = ratio_interval(ratios)
+    assert interval.significant is significant
+    assert interval.format().endswith(" *") is significant
+
+
+def test_one_seed_has_no_interval() -> None:
+    interval = ratio_interval([1.3])
+    assert interval.mean == 1.3 and math.isnan(interval.low) and not interval.significant
+    assert interval.format() == "1.30 [n=1]"
+    assert ratio_interval([]).format() == "n/a"
+
+
+def test_seeds_where_the_reference_failed_are_left_out() -> None:
+    assert per_seed_ratios([2.0, 1.0, 3.0], [1.0, 0.0, 2.0]) == [2.0, 1.5]
+    with pytest.raises(ValueError, match="2 values against 3"):
+        per_seed_ratios([1.0, 2.0], [1.0, 1.0, 1.0])
+
+
+def _row(policy: str, per_seed: tuple[float, ...]) -> GoodputRow:
+    nan = AtGoodput(math.nan, math.nan, math.nan)
+    mean = sum(per_seed) / len(per_seed)
+    return GoodputRow(policy, "sharegpt", "overall", mean, 0.0, mean, per_seed, 3.0, 0, nan)
+
+
+def test_ratios_pair_the_same_seeds_of_each_policy() -> None:
+    experiment = GoodputExperiment(
+        policies=("sarathi-edf", "qoserve", "slidingserve"), workloads=("sharegpt",)
+    )
+    rows = [
+        _row("sarathi-edf", (2.0, 2.2, 2.4)),
+        _row("qoserve", (2.2, 2.2, 2.4)),  # 1.1, 1.0, 1.0
+        _row("slidingserve", (1.8, 1.98, 2.16)),  # 0.9 on every seed
+    ]
+    result = ExperimentResult(experiment, {}, rows, [])
+    ratios = {r.policy: r.interval for r in goodput_ratios(result, "sarathi-edf")}
+    assert ratios["qoserve"].per_seed == pytest.approx((1.1, 1.0, 1.0))
+    assert not ratios["qoserve"].significant
+    assert ratios["slidingserve"].mean == pytest.approx(0.9)
+    assert ratios["slidingserve"].significant  # zero spread: an interval of width 0 at 0.9
+    table = ratio_table(result)
+    assert "0.90 [0.90, 0.90] *" in table and "sarathi-edf" not in table.splitlines()[0]
+    with pytest.raises(ValueError, match="reference policy 'vllm' is not in the run"):
+        goodput_ratios(result, "vllm")
