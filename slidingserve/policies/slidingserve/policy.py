@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from slidingserve.core.batch import BatchShape
 from slidingserve.core.plan import Plan, PlanBuilder
@@ -29,11 +29,22 @@ from slidingserve.policies.slidingserve.windows import decode_horizons
 from slidingserve.predictor import PrefillQueueProfile
 
 MAX_DECISIONS = 1_000_000
+FALLBACK_SUFFIX = ":constructor-fallback"  # on the chunker's path when it replaced a selection
 
 if TYPE_CHECKING:
     from slidingserve.core.request import Request
     from slidingserve.core.view import SchedulerView
     from slidingserve.policies.base import IterationRecord
+
+
+class Construction(NamedTuple):
+    """What the BatchConstructor step hands `_decide`."""
+
+    plan: Plan | None  # the constructor's plan; None: the SlidingChunker decides
+    fallback: bool  # a selection was made but the engine's limits could not grant it in full
+
+
+NO_CONSTRUCTION = Construction(None, False)
 
 
 class SlidingServePolicy(Policy):
@@ -56,6 +67,9 @@ class SlidingServePolicy(Policy):
         self.throughput = self._initial_throughput()
         # Bounded: a server runs for days; the last MAX_DECISIONS iterations are kept.
         self.decisions: deque[DecisionRecord] = deque(maxlen=MAX_DECISIONS)
+        # Iterations whose knapsack selection PlanBuilder could not grant in full (KV blocks,
+        # admissions, batch-size cap), so the chunker planned them instead.
+        self.constructor_fallbacks = 0
         self.constructor = BatchConstructor(
             self.model,
             ConstructorSettings(
@@ -77,19 +91,31 @@ class SlidingServePolicy(Policy):
 
     def schedule(self, view: SchedulerView) -> Plan:
         watch = Stopwatch(self.model)
-        queue = watch.run("mlps", lambda: self._sorted_queue(view))
-        horizons = decode_horizons(view.decoding, view.now, max(2, self.config.window))
-        plan = None
-        if self.config.batch_constructor and queue:
-            plan = watch.run("constructor", lambda: self._construct(view, queue, horizons[0]))
-        if plan is None:
-            plan = watch.run("chunker", lambda: self._chunk(view, queue, horizons))
+        plan = self._decide(view, watch)
         plan.predicted_time = self.model.predict_shape(BatchShape.from_plan(plan)) if plan else None
         if self.config.record_decisions:
             record = watch.record(
                 view.now, plan.path, plan.predicted_time, plan.total_tokens, len(view.decoding)
             )
             self.decisions.append(record)
+        return plan
+
+    def _decide(self, view: SchedulerView, watch: Stopwatch) -> Plan:
+        """Sort; the BatchConstructor's plan if a prefill is at risk and its selection can be
+        granted in full; else the SlidingChunker's."""
+        queue = watch.run("mlps", lambda: self._sorted_queue(view))
+        horizons = decode_horizons(view.decoding, view.now, max(2, self.config.window))
+        construction = NO_CONSTRUCTION
+        if self.config.batch_constructor and queue:
+            construction = watch.run(
+                "constructor", lambda: self._construct(view, queue, horizons[0])
+            )
+        if construction.plan is not None:
+            return construction.plan
+        plan = watch.run("chunker", lambda: self._chunk(view, queue, horizons))
+        if construction.fallback:
+            self.constructor_fallbacks += 1
+            plan.path += FALLBACK_SUFFIX
         return plan
 
     def on_iteration_end(self, record: IterationRecord) -> None:
@@ -111,21 +137,36 @@ class SlidingServePolicy(Policy):
         config = self.config
         return mlps_order(candidates, view.now, self.throughput, config.alpha, config.epsilon)
 
-    def _construct(self, view: SchedulerView, queue: list[Request], t_cur: float) -> Plan | None:
-        """The BatchConstructor's plan if the candidate batch puts a live prefill at risk."""
+    def _construct(self, view: SchedulerView, queue: list[Request], t_cur: float) -> Construction:
+        """The BatchConstructor's plan if the candidate batch puts a live prefill at risk.
+
+        The knapsack knows the token budget but not the KV blocks, the admissions or the
+        batch-size cap: a selection `PlanBuilder` cannot grant in full (every request with
+        its whole remaining prefill) would not emit the first tokens it was chosen for, so
+        the iteration falls back to the chunker.
+        """
+        anchors = self._risky_anchors(view, queue)
+        if not anchors:
+            return NO_CONSTRUCTION
+        contexts = [r.num_computed for r in view.decoding]
+        selection = self.constructor.select(contexts, queue, anchors, view.now, t_cur)
+        if selection is None:
+            return NO_CONSTRUCTION
+        plan = self._selection_plan(view, queue, selection)
+        if not grants_in_full(plan, selection):
+            return Construction(None, fallback=True)
+        return Construction(plan, fallback=False)
+
+    def _risky_anchors(self, view: SchedulerView, queue: list[Request]) -> list[Request]:
+        """The violation checker: live prefills of the largest candidate batch at risk."""
         candidate = PlanBuilder(view, self.max_tokens)
         candidate.add_decodes(view.decoding)
         candidate.add_prefills(queue)
         prefills = [r for r, _ in candidate.chunks if r.phase is not Phase.DECODING]
         if not prefills:
-            return None
+            return []
         t_full = self.model.predict_shape(BatchShape.from_plan(candidate.build()))
-        anchors = risky_prefills(prefills, view.now, t_full)
-        if not anchors:
-            return None
-        contexts = [r.num_computed for r in view.decoding]
-        selection = self.constructor.select(contexts, queue, anchors, view.now, t_cur)
-        return None if selection is None else self._selection_plan(view, queue, selection)
+        return risky_prefills(prefills, view.now, t_full)
 
     def _selection_plan(
         self, view: SchedulerView, queue: Sequence[Request], selection: Selection
@@ -165,6 +206,12 @@ class SlidingServePolicy(Policy):
         if self.config.chunker == "window":
             return window_chunk(times, horizons[: self.config.window])
         return paper_chunk(times, horizons[:2])
+
+
+def grants_in_full(plan: Plan, selection: Selection) -> bool:
+    """Whether every request of `selection` is in `plan` with its whole remaining prefill."""
+    granted = {id(request): tokens for request, tokens in plan.chunks}
+    return all(granted.get(id(r)) == r.remaining_prefill for r in selection.requests)
 
 
 class SlidingChunkerEdfPolicy(SlidingServePolicy):

@@ -20,7 +20,9 @@ class DecisionRecord(NamedTuple):
     predictor calls they make (those are under `predictor_s`)."""
 
     now: float  # engine time, seconds
-    path: str  # "constructor", "chunker:<reason>", "decodes-only"
+    # "constructor" or "chunker:<reason>"; "chunker:<reason>:constructor-fallback" when the
+    # knapsack's selection could not be granted in full and the chunker planned instead
+    path: str
     predicted_time: float | None  # seconds, the predictor's time for the chosen batch
     total_tokens: int  # tokens planned, decodes included
     num_decodes: int
