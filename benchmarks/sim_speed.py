@@ -1,68 +1,141 @@
-"""Simulated requests per wall-second.
+"""Simulated requests per wall-second, for each policy.
 
-    python benchmarks/sim_speed.py [--requests 2000] [--rate 1.0] [--policy sarathi]
+    python benchmarks/sim_speed.py [--requests 2000] [--rate 1.0] [--workload arxiv]
+                                   [--policy sarathi qoserve slidingserve]
                                    [--model llama-3-8b] [--repeats 3] [--no-fast-forward]
 
-The issue's workload: `sarathi` with chunk 512 on 2,000 arXiv requests at 1 req/s, A100 +
-Llama-3-8B TP1. Prints the best-of-N wall time of the simulation alone (requests
-generated beforehand), the figure in requests per second, and the ratio to Vidur's
-152 req/s measured on this machine for the same workload. One process, one thread.
+The issue's workload: 2,000 arXiv requests at 1 req/s, A100 + Llama-3-8B TP1, run by
+`sarathi` (chunk 512), `qoserve` and `slidingserve`. The policies are built as the
+simulator builds them (`sim.runner.policy_context`): when any of them plans with a
+predictor or fits its own, the GPU is calibrated once (4,000 timed batches and the fit),
+outside the timed region, and that time is printed on a line of its own. Then one row per
+policy: iterations (of them fast-forwarded), simulated seconds, the best-of-N wall time of
+the simulation alone (requests generated and policy built beforehand), the figure in
+simulated requests per wall-second, and its ratio to Vidur's 152 req/s measured on this
+machine for the same workload (Vidur ran sarathi). One process, one thread.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import time
+from typing import NamedTuple
 
+from slidingserve.core.request import Request
 from slidingserve.core.view import EngineLimits
 from slidingserve.policies import PolicyContext, make_policy
-from slidingserve.sim.engine import Simulator, SimulatorOptions
-from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
+from slidingserve.sim.engine import SimulationRun, Simulator, SimulatorOptions
+from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig
+from slidingserve.sim.profiling import DEFAULT_SAMPLES, calibrate
+from slidingserve.sim.runner import SimulationSpec, needs_calibration, policy_context
 from slidingserve.sim.workloads import WorkloadConfig, generate_requests
 
 VIDUR_REQUESTS_PER_SECOND = 152.0  # Vidur on this workload on this machine (issue 2)
+DEFAULT_POLICIES = ("sarathi", "qoserve", "slidingserve")
 
 
-def main() -> None:
+class Speed(NamedTuple):
+    """One policy's best run."""
+
+    policy: str
+    run: SimulationRun  # the last repeat (all repeats simulate the same thing)
+    wall_seconds: float  # the fastest repeat's Simulator.run, s
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--rate", type=float, default=1.0)
-    parser.add_argument("--policy", default="sarathi")
+    parser.add_argument("--policy", nargs="+", default=list(DEFAULT_POLICIES))
     parser.add_argument("--workload", default="arxiv")
     parser.add_argument("--model", default="llama-3-8b")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-fast-forward", action="store_true")
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    hardware = HardwareConfig(model=args.model)
-    limits = EngineLimits()
-    workload = WorkloadConfig(args.workload, args.requests)
-    requests = generate_requests(workload, args.rate, 0, load_model(args.model).max_model_len)
-    best = float("inf")
-    for _ in range(args.repeats):
+
+def timed_calibration(
+    specs: list[SimulationSpec],
+) -> tuple[list[SimulationSpec], float | None]:
+    """`specs` sharing one calibration if any policy needs it (as an experiment shares it),
+    and the seconds the calibration took (None without one)."""
+    if not any(needs_calibration(spec.policy) for spec in specs):
+        return specs, None
+    started = time.perf_counter()
+    calibration = calibrate(specs[0].hardware, specs[0].limits)
+    seconds = time.perf_counter() - started
+    return [dataclasses.replace(spec, calibration=calibration) for spec in specs], seconds
+
+
+def time_policy(
+    spec: SimulationSpec,
+    context: PolicyContext,
+    requests: list[Request],
+    repeats: int,
+    fast_forward: bool,
+) -> Speed:
+    """The best of `repeats` wall times of the simulation alone, fresh state each time."""
+    best, run = float("inf"), None
+    for _ in range(repeats):
         fresh = copy.deepcopy(requests)
-        latency = GroundTruthLatency(hardware, 0)
-        policy = make_policy(args.policy, PolicyContext(limits))
-        options = SimulatorOptions(limits=limits, fast_forward=not args.no_fast_forward)
-        simulator = Simulator(policy, latency, latency.kv_capacity_blocks(16), options)
+        latency = GroundTruthLatency(spec.hardware, 0)
+        policy = make_policy(spec.policy, context)
+        options = SimulatorOptions(limits=spec.limits, fast_forward=fast_forward)
+        blocks = latency.kv_capacity_blocks(spec.limits.block_size)
+        simulator = Simulator(policy, latency, blocks, options)
         started = time.perf_counter()
         run = simulator.run(fresh)
         best = min(best, time.perf_counter() - started)
-    speed = args.requests / best
+    assert run is not None  # repeats >= 1
+    return Speed(spec.policy, run, best)
+
+
+def print_header(
+    args: argparse.Namespace, hardware: HardwareConfig, calibration_s: float | None
+) -> None:
     print(
-        f"{args.policy} on {args.requests} {args.workload} requests at {args.rate} req/s, "
+        f"{args.requests} {args.workload} requests at {args.rate} req/s, "
         f"{hardware.gpu} {hardware.model} TP{hardware.tp}, fast-forward "
         f"{'off' if args.no_fast_forward else 'on'}"
     )
+    if calibration_s is not None:
+        print(
+            f"calibration ({DEFAULT_SAMPLES} timed batches + fit, shared, not timed below): "
+            f"{calibration_s:.3f} s"
+        )
     print(
-        f"iterations: {run.num_iterations + run.num_fast_forwarded} "
-        f"({run.num_fast_forwarded} fast-forwarded), simulated {run.end_time:.0f} s"
+        f"{'policy':<14}{'iterations':>11}{'fast-fwd':>10}{'simulated s':>12}"
+        f"{f'wall s (best of {args.repeats})':>22}{'req/wall-s':>12}{'vs Vidur':>10}"
     )
-    print(f"wall time (best of {args.repeats}): {best:.3f} s")
-    print(f"simulated requests per wall-second: {speed:.0f}")
-    ratio = speed / VIDUR_REQUESTS_PER_SECOND
-    print(f"vs Vidur's {VIDUR_REQUESTS_PER_SECOND:.0f} req/s: {ratio:.1f}x")
+
+
+def print_row(speed: Speed, requests: int) -> None:
+    run = speed.run
+    per_second = requests / speed.wall_seconds
+    print(
+        f"{speed.policy:<14}{run.num_iterations + run.num_fast_forwarded:>11}"
+        f"{run.num_fast_forwarded:>10}{run.end_time:>12.0f}{speed.wall_seconds:>22.3f}"
+        f"{per_second:>12.0f}{per_second / VIDUR_REQUESTS_PER_SECOND:>9.1f}x"
+    )
+
+
+def main() -> None:
+    args = parse_args()
+    hardware = HardwareConfig(model=args.model)
+    limits = EngineLimits()
+    workload = WorkloadConfig(args.workload, args.requests)
+    specs = [SimulationSpec(name, workload, hardware, limits) for name in args.policy]
+    requests = generate_requests(workload, args.rate, 0, specs[0].max_model_len)
+    specs, calibration_s = timed_calibration(specs)
+    print_header(args, hardware, calibration_s)
+    for spec in specs:
+        speed = time_policy(
+            spec, policy_context(spec), requests, args.repeats, not args.no_fast_forward
+        )
+        print_row(speed, args.requests)
+    print(f"vs Vidur: the ratio to Vidur's {VIDUR_REQUESTS_PER_SECOND:.0f} req/s (sarathi)")
 
 
 if __name__ == "__main__":

@@ -5,13 +5,18 @@ on a simulated copy of the engine built from its profiled steps (`ProfiledLatenc
 requests are those a bench run sends (`scaled_requests`), and each run is judged by the
 bench's own `summarize`, so both tables mean the same thing cell by cell. vLLM's `fcfs` and
 `priority` are simulated by the `vllm` and `vllm-priority` policies. Policies that need a
-predictor get the one fitted to the profiled steps, and those steps as their profile.
+predictor or a profile get them as the simulator's `calibrate` gives them: random batches
+timed on the simulated engine, noise included (`calibrate_profiled`), and the project's
+predictor fitted to those timings. Every such policy gets the same batches, and none the
+simulated engine's own expected-time model, so SlidingServe plans with an estimate just
+as QoServe does.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from functools import cached_property
 
 from slidingserve.bench.metrics import BenchSummary, summarize
 from slidingserve.bench.records import Outcome, RequestRecord
@@ -29,7 +34,9 @@ from slidingserve.live.compare import (
 )
 from slidingserve.policies import PolicyContext, get_policy_class
 from slidingserve.sim.engine import Simulator, SimulatorOptions
-from slidingserve.sim.hardware.profiled import EngineSteps, ProfiledLatency
+from slidingserve.sim.hardware.profiled import EngineSteps, ProfiledLatency, calibrate_profiled
+from slidingserve.sim.profiling import Calibration
+from slidingserve.sim.runner import needs_calibration
 
 CALIBRATION_REQUESTS = 12  # like the live calibration run
 CALIBRATION_RATE = 0.5  # req/s
@@ -54,6 +61,20 @@ class SimulatedEngine:
         )
         self.latency = ProfiledLatency(steps)  # fitted once; each run reseeds its noise
 
+    @cached_property
+    def calibration(self) -> Calibration:
+        """What a profiler measures on this engine, once, for every policy to share: its
+        stream is apart from every trial's (see `calibrate_profiled`)."""
+        return calibrate_profiled(self.latency, self.limits, self.settings.seed)
+
+    def policy_context(self, policy: str) -> PolicyContext:
+        """What `policy` (a `compare` name) is built with, as `sim.runner.policy_context`
+        builds it: the calibration if the policy needs one, else the limits alone."""
+        if not needs_calibration(simulated_policy(policy)):
+            return PolicyContext(self.limits)
+        calibration = self.calibration
+        return PolicyContext(self.limits, calibration.predictor, calibration.batches)
+
     def run(
         self, policy: str, rate: float, seed: int, slo_scale: float, requests: int | None = None
     ) -> BenchSummary:
@@ -63,7 +84,7 @@ class SimulatedEngine:
         if requests is not None:
             workload = dataclasses.replace(workload, num_requests=requests)
         trial = scaled_requests(workload, rate, seed, self.steps.max_model_len)
-        context = PolicyContext(self.limits, self.latency.predictor, self.steps.batches)
+        context = self.policy_context(policy)
         scheduler = get_policy_class(simulated_policy(policy)).from_options(context, {})
         latency = self.latency.with_seed(seed)
         simulator = Simulator(

@@ -11,6 +11,7 @@ from factories import STEP_BASE, STEP_PER_DECODE, linear_engine_steps
 
 from slidingserve.bench.metrics import verdict
 from slidingserve.cli import main
+from slidingserve.core.batch import BatchShape
 from slidingserve.core.request import SLO, Request
 from slidingserve.live.compare import STRICT_TBT_MS, LiveSettings
 from slidingserve.live.simulated import (
@@ -19,7 +20,9 @@ from slidingserve.live.simulated import (
     simulate_comparison,
     simulated_policy,
 )
+from slidingserve.predictor import batch_features
 from slidingserve.sim.hardware.profiled import save_engine_steps
+from slidingserve.sim.profiling import DEFAULT_SAMPLES
 
 SETTINGS = LiveSettings("unused", requests=40, repeats=2, seed=1)
 
@@ -35,6 +38,61 @@ def test_vllm_policies_map_to_their_simulated_twins() -> None:
 def test_a_bad_policy_fails_before_any_run() -> None:
     with pytest.raises(ValueError, match="unknown policy 'fifo'"):
         simulate_comparison(linear_engine_steps(), SETTINGS, ["vllm:fcfs", "fifo"], [1.0])
+
+
+def test_planning_policies_share_a_fitted_predictor_not_the_engine_s_own() -> None:
+    steps = linear_engine_steps(noise=0.2)
+    engine = SimulatedEngine(steps, SETTINGS)
+    sliding, qoserve = engine.policy_context("slidingserve"), engine.policy_context("qoserve")
+    assert sliding.predictor is not None and sliding.predictor is not engine.latency.predictor
+    assert qoserve.predictor is sliding.predictor and qoserve.profile is sliding.profile
+    assert len(sliding.profile) == DEFAULT_SAMPLES and sliding.profile != steps.batches
+    shapes = [BatchShape((5,) * 8, ()), BatchShape((), ((128, 0),)), BatchShape((7,), ((64, 32),))]
+    model, truth = sliding.predictor, engine.latency.expected_time
+    errors = [model.predict_features(*batch_features(s)) / truth(s) - 1 for s in shapes]
+    assert all(abs(error) < 0.05 for error in errors)  # fitted to the simulated engine...
+    assert any(abs(error) > 1e-4 for error in errors)  # ...through its noise
+    baseline = engine.policy_context("vllm:fcfs")
+    assert baseline.predictor is None and baseline.profile == ()
+
+
+def test_the_calibration_is_the_same_for_the_same_seed() -> None:
+    steps = linear_engine_steps(noise=0.2)
+    first = SimulatedEngine(steps, SETTINGS).calibration
+    assert first == SimulatedEngine(steps, SETTINGS).calibration
+    other_seed = dataclasses.replace(SETTINGS, seed=2)
+    assert first.batches != SimulatedEngine(steps, other_seed).calibration.batches
+
+
+def test_compare_simulate_runs_qoserve_beside_slidingserve(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # TBT 4 ms over 3.2 ms unloaded steps, TTFT 160 ms: met when light, not in a burst.
+    steps = tmp_path / "steps.json"
+    save_engine_steps(steps, linear_engine_steps(noise=0.1))
+    code = main([
+        "compare", "--simulate", str(steps), "--policies", "qoserve,slidingserve",
+        "--rates", "0.5", "5000", "--requests", "60", "--repeats", "1", "--slo-scale", "0.08",
+        "--out-dir", str(tmp_path),
+    ])  # fmt: skip
+    assert code == 0
+    table = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert [row[:2] for row in table if row and row[0] == "qoserve"] == [
+        ["qoserve", "0.50"],
+        ["qoserve", "5000.00"],
+    ]
+    rows = json.loads((tmp_path / "compare-simulated.json").read_text())["rows"]
+    by_policy = {(row["policy"], row["rate"]): row for row in rows}
+    assert sorted(by_policy) == [
+        ("qoserve", 0.5),
+        ("qoserve", 5000.0),
+        ("slidingserve", 0.5),
+        ("slidingserve", 5000.0),
+    ]
+    for policy in ("qoserve", "slidingserve"):
+        assert by_policy[policy, 0.5]["violation_rate"] == 0.0
+        assert by_policy[policy, 5000.0]["violation_rate"] > 0.5
+        assert by_policy[policy, 5000.0]["failed"] == 0
 
 
 def test_calibration_follows_the_live_rule_on_the_engine_s_unloaded_step() -> None:

@@ -5,7 +5,9 @@ shape and measured seconds) with the engine facts a simulation needs: context le
 blocks, block size and limits. `ProfiledLatency` times a batch as the 7-feature predictor
 fitted to those steps predicts it, times a factor drawn (seeded) from the steps' own
 measured/predicted ratios, so the simulated engine has the real one's mean behaviour and its
-spread, slow outliers included.
+spread, slow outliers included. `calibrate_profiled` profiles that simulated engine as
+`sim.profiling.calibrate` profiles the modelled GPU, so that the policies plan with a
+predictor fitted to noisy timings, never with the engine's own expected-time model.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,14 +24,15 @@ import numpy as np
 
 from slidingserve.core.batch import BatchShape, TimedBatch
 from slidingserve.core.view import EngineLimits
-from slidingserve.predictor import BatchLatencyPredictor, Scenario
+from slidingserve.predictor import BatchLatencyPredictor, Scenario, random_batch_shapes
 from slidingserve.sim.hardware.noise import FloatArray, NoiseStream
-from slidingserve.sim.profiling import fit_batches
+from slidingserve.sim.profiling import DEFAULT_SAMPLES, Calibration, fit_batches
 
 STEPS_FORMAT = "slidingserve-engine-steps"
 STEPS_VERSION = 1
 MIN_STEPS = 50  # fewer cannot fit and validate the predictor
 MIN_TIME_SHARE = 0.5  # a step never runs in under this share of the fastest measured step
+PROFILE_STREAM = 1  # spawn key of the profiling stream, apart from every trial's seed
 _FACTS = ("max_model_len", "kv_blocks", "block_size", "max_num_batched_tokens", "max_num_seqs")
 
 
@@ -145,6 +149,17 @@ class ProfiledLatency:
     def sample_time(self, shape: BatchShape) -> float:
         return self.expected_time(shape) * self._noise.next()
 
+    def time_batches(
+        self, shapes: Sequence[BatchShape], rng: np.random.Generator
+    ) -> list[TimedBatch]:
+        """`shapes` as the engine runs them: each expected time × a measured ratio drawn
+        from `rng` (this engine's noise, from a stream of the caller's)."""
+        factors = self._draw_factors(rng, len(shapes)).tolist()
+        return [
+            TimedBatch(shape, self.expected_time(shape) * factor)
+            for shape, factor in zip(shapes, factors, strict=True)
+        ]
+
     def decode_run_times(self, num_decodes: int, decode_kv: int, steps: int) -> FloatArray:
         """Noisy times (s) of up to `steps` decode-only steps; see `GroundTruthLatency`."""
         if num_decodes < 1 or decode_kv < 0 or steps < 0:
@@ -168,3 +183,32 @@ class ProfiledLatency:
 
     def _draw_factors(self, rng: np.random.Generator, count: int) -> FloatArray:
         return rng.choice(self.ratios, size=count)
+
+
+def calibrate_profiled(
+    latency: ProfiledLatency,
+    limits: EngineLimits,
+    seed: int = 0,
+    num_samples: int = DEFAULT_SAMPLES,
+) -> Calibration:
+    """Profile the simulated engine as `sim.profiling.calibrate` profiles the modelled GPU:
+    `num_samples` random batches within `limits` and the engine's context length, timed
+    with the engine's noise, and the predictor fitted to them.
+
+    Its random stream is `seed`'s `PROFILE_STREAM` child, which no `with_seed(s)` trial
+    ever draws, so the noise a policy is calibrated on is not the noise it is judged on.
+    """
+    if num_samples < MIN_STEPS:
+        raise ValueError(
+            f"need at least {MIN_STEPS} samples to fit and validate, got {num_samples}"
+        )
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(PROFILE_STREAM,)))
+    shapes = random_batch_shapes(
+        num_samples,
+        rng,
+        max_tokens=limits.max_num_batched_tokens,
+        max_context=latency.steps.max_model_len,
+        max_decodes=min(limits.max_num_seqs, limits.max_num_batched_tokens),
+    )
+    batches = latency.time_batches(shapes, rng)
+    return Calibration(tuple(batches), fit_batches(batches, seed).predictor)

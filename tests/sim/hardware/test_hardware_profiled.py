@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,11 @@ import pytest
 from factories import linear_engine_steps, linear_step_time
 
 from slidingserve.core.batch import BatchShape, TimedBatch
+from slidingserve.core.view import EngineLimits
 from slidingserve.sim.hardware.noise import NoiseStream
 from slidingserve.sim.hardware.profiled import (
     ProfiledLatency,
+    calibrate_profiled,
     load_engine_steps,
     save_engine_steps,
 )
@@ -152,3 +155,49 @@ def test_a_reseeded_engine_is_a_fresh_one_without_a_refit() -> None:
     assert [twin.sample_time(shape) for _ in range(20)] == [
         fresh.sample_time(shape) for _ in range(20)
     ]
+
+
+LIMITS = EngineLimits(max_num_batched_tokens=256, max_num_seqs=64, block_size=16)
+
+
+def _factors(latency: ProfiledLatency, batches: Sequence[TimedBatch]) -> list[float]:
+    """Each batch's time over the engine's expected time: the noise it was timed with."""
+    return [batch.seconds / latency.expected_time(batch.shape) for batch in batches]
+
+
+def test_calibration_times_random_batches_within_the_limits_with_the_engine_s_noise() -> None:
+    latency = ProfiledLatency(make_steps(noise=0.2))
+    calibration = calibrate_profiled(latency, LIMITS, seed=2, num_samples=400)
+    shapes = [batch.shape for batch in calibration.batches]
+    assert len(shapes) == 400 and len(set(shapes)) > 350  # random batches, not the steps
+    assert all(s.num_tokens <= 256 and len(s.decode_contexts) <= 64 for s in shapes)
+    assert max(u for s in shapes for u in s.decode_contexts) <= 512  # the engine's context
+    factors = _factors(latency, calibration.batches)
+    ratios = latency.ratios.tolist()
+    assert all(min(abs(f - r) for r in ratios) < 1e-9 for f in factors)
+    assert len(set(factors)) > 100  # noisy, drawn afresh for every batch
+
+
+def test_the_calibrated_predictor_is_fitted_not_the_engine_s_own() -> None:
+    latency = ProfiledLatency(make_steps(noise=0.2))
+    predictor = calibrate_profiled(latency, LIMITS).predictor
+    assert predictor is not latency.predictor
+    shapes = [BatchShape((5,) * 8, ()), BatchShape((), ((128, 0),)), BatchShape((7,), ((64, 32),))]
+    errors = [predictor.predict(s) / latency.expected_time(s) - 1 for s in shapes]
+    assert all(abs(error) < 0.05 for error in errors)  # a good fit...
+    assert any(abs(error) > 1e-4 for error in errors)  # ...of noisy timings
+
+
+def test_calibration_is_seeded_and_draws_no_trial_s_noise() -> None:
+    latency = ProfiledLatency(make_steps(noise=0.2))
+    first = calibrate_profiled(latency, LIMITS, seed=4, num_samples=100)
+    assert first == calibrate_profiled(latency, LIMITS, seed=4, num_samples=100)
+    assert first.batches != calibrate_profiled(latency, LIMITS, seed=5, num_samples=100).batches
+    # the trial of the same seed times the same shapes with other factors
+    trial = latency.with_seed(4)
+    trial_factors = [
+        trial.sample_time(b.shape) / latency.expected_time(b.shape) for b in first.batches
+    ]
+    assert trial_factors != _factors(latency, first.batches)
+    with pytest.raises(ValueError, match="at least 50 samples"):
+        calibrate_profiled(latency, LIMITS, num_samples=49)

@@ -1,0 +1,52 @@
+"""`benchmarks/sim_speed.py`: every policy measurable, the calibration timed apart."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "sim_speed.py"
+
+
+def run_script(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str
+) -> list[str]:
+    """The script's output lines when run with `argv`."""
+    monkeypatch.setattr("sys.argv", [str(SCRIPT), *argv])
+    runpy.run_path(str(SCRIPT), run_name="__main__")
+    return capsys.readouterr().out.splitlines()
+
+
+def rows(lines: list[str]) -> dict[str, list[str]]:
+    """The table's rows by policy: iterations, fast-forwarded, simulated s, wall s, req/wall-s,
+    ratio to Vidur."""
+    names = ("sarathi", "qoserve", "slidingserve", "vllm")
+    cells = [line.split() for line in lines]
+    return {row[0]: row[1:] for row in cells if row and row[0] in names}
+
+
+def test_the_default_policies_are_all_timed_after_one_calibration(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = run_script(monkeypatch, capsys, "--requests", "20", "--repeats", "1")
+    assert lines[0].startswith("20 arxiv requests at 1.0 req/s")
+    assert len([line for line in lines if line.startswith("calibration (4000 timed")]) == 1
+    table = rows(lines)
+    assert list(table) == ["sarathi", "qoserve", "slidingserve"]
+    for iterations, fast_forwarded, simulated, wall, speed, ratio in table.values():
+        assert int(iterations) >= int(fast_forwarded) >= 0
+        assert float(simulated) > 10.0  # 20 arrivals at 1 req/s span about 20 s
+        assert float(wall) < 5.0 and float(speed) >= 20 / 5.0
+        assert float(ratio.removesuffix("x")) == pytest.approx(float(speed) / 152, abs=0.06)
+
+
+def test_baselines_alone_need_no_calibration(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = run_script(
+        monkeypatch, capsys, "--requests", "10", "--repeats", "1", "--policy", "vllm", "sarathi"
+    )
+    assert not any(line.startswith("calibration") for line in lines)
+    assert list(rows(lines)) == ["vllm", "sarathi"]
