@@ -17,6 +17,7 @@ from slidingserve.predictor import (
     random_batch_shapes,
 )
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
+from slidingserve.sim.hardware.noise import profiling_seed
 
 DEFAULT_SAMPLES = 4000
 
@@ -37,14 +38,17 @@ def profile_batches(
 ) -> list[TimedBatch]:
     """Time `num_samples` random batches on the ground truth, noise included.
 
-    The batches respect the engine's limits and the model's context length.
+    The batches respect the engine's limits and the model's context length. Shapes and
+    noise come from `profiling_seed(seed)`, a stream no trial draws.
     """
     if num_samples < 50:
         raise ValueError(f"need at least 50 samples to fit and validate, got {num_samples}")
-    latency = GroundTruthLatency(hardware, seed)
+    stream = profiling_seed(seed)
+    noise_seed, shape_seed = stream.spawn(2)
+    latency = GroundTruthLatency(hardware, noise_seed)
     shapes = random_batch_shapes(
         num_samples,
-        np.random.default_rng(seed),
+        np.random.default_rng(shape_seed),
         max_tokens=limits.max_num_batched_tokens,
         max_context=load_model(hardware.model).max_model_len,
         max_decodes=min(limits.max_num_seqs, limits.max_num_batched_tokens),

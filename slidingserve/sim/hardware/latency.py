@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from slidingserve.sim.hardware.catalog import GPUSpec, ModelSpec, load_gpu, load_model
-from slidingserve.sim.hardware.noise import NoiseStream
+from slidingserve.sim.hardware.noise import NoiseStream, Seed
 from slidingserve.sim.hardware.tables import all_reduce_curve, available_tp, op_curves
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class GroundTruthLatency:
     microseconds of plain Python per call.
     """
 
-    def __init__(self, config: HardwareConfig, seed: int = 0) -> None:
+    def __init__(self, config: HardwareConfig, seed: Seed = 0) -> None:
         self.config = config
         self.gpu: GPUSpec = load_gpu(config.gpu)
         self.model: ModelSpec = load_model(config.model)

@@ -12,6 +12,16 @@ FactorDraw = Callable[[np.random.Generator, int], FloatArray]
 """Draws `count` fresh factors from the generator."""
 
 BLOCK = 4096  # factors drawn per numpy call
+PROFILE_STREAM = 1  # spawn key of a profiler's stream, apart from every trial's seed
+
+Seed = int | np.random.SeedSequence
+
+
+def profiling_seed(seed: int) -> np.random.SeedSequence:
+    """The stream a profiler draws for `seed`: `seed`'s `PROFILE_STREAM` child, which no
+    trial (seeded with a plain int) ever draws, so the noise a policy is calibrated on is
+    not the noise it is judged on."""
+    return np.random.SeedSequence(seed, spawn_key=(PROFILE_STREAM,))
 
 
 class NoiseStream:
@@ -22,7 +32,7 @@ class NoiseStream:
     fast-forwarded decode run) reads exactly the factors step-by-step calls would.
     """
 
-    def __init__(self, draw: FactorDraw, seed: int) -> None:
+    def __init__(self, draw: FactorDraw, seed: Seed) -> None:
         self._draw = draw
         self._rng = np.random.default_rng(seed)
         self._array: FloatArray = np.empty(0)

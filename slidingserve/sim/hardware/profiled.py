@@ -25,14 +25,13 @@ import numpy as np
 from slidingserve.core.batch import BatchShape, TimedBatch
 from slidingserve.core.view import EngineLimits
 from slidingserve.predictor import BatchLatencyPredictor, Scenario, random_batch_shapes
-from slidingserve.sim.hardware.noise import FloatArray, NoiseStream
+from slidingserve.sim.hardware.noise import FloatArray, NoiseStream, profiling_seed
 from slidingserve.sim.profiling import DEFAULT_SAMPLES, Calibration, fit_batches
 
 STEPS_FORMAT = "slidingserve-engine-steps"
 STEPS_VERSION = 1
 MIN_STEPS = 50  # fewer cannot fit and validate the predictor
 MIN_TIME_SHARE = 0.5  # a step never runs in under this share of the fastest measured step
-PROFILE_STREAM = 1  # spawn key of the profiling stream, apart from every trial's seed
 _FACTS = ("max_model_len", "kv_blocks", "block_size", "max_num_batched_tokens", "max_num_seqs")
 
 
@@ -195,14 +194,14 @@ def calibrate_profiled(
     `num_samples` random batches within `limits` and the engine's context length, timed
     with the engine's noise, and the predictor fitted to them.
 
-    Its random stream is `seed`'s `PROFILE_STREAM` child, which no `with_seed(s)` trial
+    Its random stream is `profiling_seed(seed)`, which no `with_seed(s)` trial
     ever draws, so the noise a policy is calibrated on is not the noise it is judged on.
     """
     if num_samples < MIN_STEPS:
         raise ValueError(
             f"need at least {MIN_STEPS} samples to fit and validate, got {num_samples}"
         )
-    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(PROFILE_STREAM,)))
+    rng = np.random.default_rng(profiling_seed(seed))
     shapes = random_batch_shapes(
         num_samples,
         rng,
