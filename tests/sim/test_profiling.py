@@ -10,7 +10,8 @@ from slidingserve.sim.profiling import profile_batches
 
 
 def factors(seconds: list[float], expected: list[float]) -> np.ndarray:
-    return np.array(seconds) / np.array(expected)
+    ratio: np.ndarray = np.array(seconds) / np.array(expected)
+    return ratio
 
 
 def test_calibration_noise_is_not_the_noise_of_the_trial_with_the_same_seed() -> None:
