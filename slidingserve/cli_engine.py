@@ -130,9 +130,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_profile(args: argparse.Namespace) -> int:
-    from slidingserve.predictor import PredictorMetadata, save_predictor
+    from slidingserve.engines.vllm.profiling import save_profile
     from slidingserve.sim.hardware.profiled import save_engine_steps
-    from slidingserve.sim.profiling import fit_batches
 
     if args.live:
         from slidingserve.live.compare import LiveSettings
@@ -164,11 +163,9 @@ def run_profile(args: argparse.Namespace) -> int:
         if args.steps_out is not None:
             save_engine_steps(args.steps_out, steps)
             print(f"wrote {args.steps_out}")
-    fit = fit_batches(list(steps.batches), args.seed)
+    fit = save_profile(args.out, steps, args.model, hardware, args.seed)  # with its batches
     print(f"{len(steps.batches)} engine steps timed; held-out accuracy of the fitted predictor:\n")
     print(fit.validation.format_table())
-    metadata = PredictorMetadata.from_fit(fit, Path(args.model).name, hardware)
-    save_predictor(args.out, fit.predictor, metadata)
     print(
         f"\nwrote {args.out}; serve with: slidingserve serve --model {args.model} "
         f"--predictor {args.out}"

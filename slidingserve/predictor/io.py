@@ -1,4 +1,23 @@
-"""Save and load a predictor's coefficients with their metadata as a small JSON file."""
+"""Save and load a predictor's coefficients with their metadata, and optionally the measured
+batches it was fitted to, as one JSON file.
+
+The file is one JSON object (format version 2; version 1 files, the same without
+`batches`, are read too):
+
+    format          "slidingserve-predictor"
+    format_version  2
+    metadata        {model, hardware, num_samples, created, training, validation}
+    feature_names   the seven feature names, in order (SPEC §3)
+    global          {"intercept": seconds, "weights": [seconds per feature unit × 7]}
+    experts         {scenario: {"intercept": .., "weights": [..]}}
+    choice          {scenario: "expert" | "global"}
+    batches         optional: the timed batches of the profile, one a line, each
+                    {"decode_contexts": [u, ..], "prefill_chunks": [[c, u], ..], "seconds": s}
+                    (tokens cached before the step u, chunk tokens c ≥ 1, measured seconds > 0)
+
+`batches` is what a policy that fits a model of its own (QoServe) is built from, so that it
+sees the very measurements the predictor saw.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +29,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from slidingserve.core.batch import BatchShape, TimedBatch
 from slidingserve.predictor.features import Features, Scenario
 from slidingserve.predictor.model import BatchLatencyPredictor, LinearModel, ModelChoice
 from slidingserve.predictor.report import AccuracyReport, ErrorStats
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from slidingserve.predictor.fit import FitResult
 
 FORMAT_NAME = "slidingserve-predictor"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # 1: the same without `batches`
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +66,18 @@ class PredictorMetadata:
 class LoadedPredictor(NamedTuple):
     predictor: BatchLatencyPredictor
     metadata: PredictorMetadata
+    batches: tuple[TimedBatch, ...] = ()  # the measured batches of the fit; () if not saved
 
 
 def save_predictor(
-    path: str | Path, predictor: BatchLatencyPredictor, metadata: PredictorMetadata
+    path: str | Path,
+    predictor: BatchLatencyPredictor,
+    metadata: PredictorMetadata,
+    batches: Sequence[TimedBatch] = (),
 ) -> None:
-    """Write `predictor` and `metadata` to `path` as JSON."""
-    text = json.dumps(predictor_to_dict(predictor, metadata), indent=2, allow_nan=False)
+    """Write `predictor`, `metadata` and the timed `batches` it was fitted to (if given) to
+    `path` as JSON, each batch on a line of its own."""
+    text = _to_text(predictor_to_dict(predictor, metadata, batches))
     Path(path).write_text(text + "\n", encoding="utf-8")
 
 
@@ -66,19 +94,34 @@ def load_predictor(path: str | Path) -> LoadedPredictor:
         raise ValueError(f"{path}: {error}") from None
 
 
+def _to_text(data: dict[str, object]) -> str:
+    """Indented JSON, except that each of the (thousands of) batches takes one line."""
+    head = json.dumps({k: v for k, v in data.items() if k != "batches"}, indent=2, allow_nan=False)
+    if "batches" not in data:
+        return head
+    lines = ",\n".join("    " + json.dumps(b, allow_nan=False) for b in _list(data["batches"]))
+    return f'{head.removesuffix("}").rstrip()},\n  "batches": [\n{lines}\n  ]\n}}'
+
+
 def predictor_to_dict(
-    predictor: BatchLatencyPredictor, metadata: PredictorMetadata
+    predictor: BatchLatencyPredictor,
+    metadata: PredictorMetadata,
+    batches: Sequence[TimedBatch] = (),
 ) -> dict[str, object]:
-    """The JSON-ready form of a predictor and its metadata."""
-    return {
+    """The JSON-ready form of a predictor, its metadata and its timed batches (the key
+    `batches` only when there are some). Always the current `FORMAT_VERSION`."""
+    data: dict[str, object] = {
         "format": FORMAT_NAME,
-        "format_version": metadata.format_version,
+        "format_version": FORMAT_VERSION,
         "metadata": _metadata_to_dict(metadata),
         "feature_names": list(Features._fields),
         "global": _model_to_dict(predictor.global_model),
         "experts": {s.value: _model_to_dict(m) for s, m in predictor.experts.items()},
         "choice": {s.value: c.value for s, c in predictor.choice.items()},
     }
+    if batches:
+        data["batches"] = [batch_to_dict(batch) for batch in batches]
+    return data
 
 
 def predictor_from_dict(data: object) -> LoadedPredictor:
@@ -87,8 +130,10 @@ def predictor_from_dict(data: object) -> LoadedPredictor:
     if root.get("format") != FORMAT_NAME:
         raise ValueError(f"format: expected {FORMAT_NAME!r}, got {root.get('format')!r}")
     version = _integer(_field(root, "format_version", ""), "format_version")
-    if version != FORMAT_VERSION:
-        raise ValueError(f"format_version {version} is not supported (expected {FORMAT_VERSION})")
+    if version not in READABLE_VERSIONS:
+        raise ValueError(
+            f"format_version {version} is not supported (expected one of {READABLE_VERSIONS})"
+        )
     names = _field(root, "feature_names", "")
     if names != list(Features._fields):
         raise ValueError(f"feature_names: expected {list(Features._fields)}, got {names!r}")
@@ -100,7 +145,50 @@ def predictor_from_dict(data: object) -> LoadedPredictor:
         {_scenario(k, "choice"): _choice(v, f"choice.{k}") for k, v in choice_data.items()},
     )
     metadata = _metadata_from(_field(root, "metadata", ""), version)
-    return LoadedPredictor(predictor, metadata)
+    batches = _batches_from(root.get("batches", []))
+    return LoadedPredictor(predictor, metadata, batches)
+
+
+def batch_to_dict(batch: TimedBatch) -> dict[str, object]:
+    """One timed batch as `{"decode_contexts", "prefill_chunks", "seconds"}`."""
+    return {
+        "decode_contexts": list(batch.shape.decode_contexts),
+        "prefill_chunks": [list(chunk) for chunk in batch.shape.prefill_chunks],
+        "seconds": batch.seconds,
+    }
+
+
+def batch_from_dict(data: object, where: str = "batch") -> TimedBatch:
+    """Inverse of `batch_to_dict`; ValueError naming the bad field (under `where`)."""
+    fields = _mapping(data, where)
+    decodes = _list(_field(fields, "decode_contexts", where), f"{where}.decode_contexts")
+    chunks = _list(_field(fields, "prefill_chunks", where), f"{where}.prefill_chunks")
+    shape = BatchShape(
+        tuple(_integer(u, f"{where}.decode_contexts[{i}]") for i, u in enumerate(decodes)),
+        tuple(_chunk(chunk, f"{where}.prefill_chunks[{i}]") for i, chunk in enumerate(chunks)),
+    )
+    if shape.num_tokens == 0:
+        raise ValueError(f"{where}: an empty batch (no decode, no prefill chunk)")
+    seconds = _number(_field(fields, "seconds", where), f"{where}.seconds")
+    if seconds <= 0:
+        raise ValueError(f"{where}.seconds: expected a positive time, got {seconds!r}")
+    return TimedBatch(shape, seconds)
+
+
+def _batches_from(data: object) -> tuple[TimedBatch, ...]:
+    return tuple(
+        batch_from_dict(batch, f"batches[{i}]") for i, batch in enumerate(_list(data, "batches"))
+    )
+
+
+def _chunk(data: object, where: str) -> tuple[int, int]:
+    values = _list(data, where)
+    if len(values) != 2:
+        raise ValueError(f"{where}: expected [chunk tokens, cached tokens], got {data!r}")
+    tokens, cached = _integer(values[0], f"{where}[0]"), _integer(values[1], f"{where}[1]")
+    if tokens < 1:
+        raise ValueError(f"{where}[0]: a prefill chunk has at least one token, got {tokens}")
+    return tokens, cached
 
 
 def _build(
@@ -205,6 +293,12 @@ def _field(fields: Mapping[str, object], key: str, where: str) -> object:
 def _mapping(data: object, where: str) -> Mapping[str, object]:
     if not isinstance(data, dict):
         raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+    return data
+
+
+def _list(data: object, where: str = "") -> list[object]:
+    if not isinstance(data, list):
+        raise ValueError(f"{where}: expected a list, got {type(data).__name__}")
     return data
 
 

@@ -1,7 +1,9 @@
 """Online learning: executed batches feed a bounded buffer, a background thread refits.
 
 The scheduling path only appends to the buffer (`record`) and reads `predictor`, a single
-reference that a refit replaces atomically; it never waits on a fit.
+reference that a refit replaces atomically; it never waits on a fit. A listener (`on_refit`)
+is handed the same sample snapshot at every refit, so that a policy keeping a model of its
+own learns from the same measurements, equally often.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from slidingserve.predictor.features import BatchFeatures, Sample, batch_feature
 from slidingserve.predictor.fit import fit_predictor
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from types import TracebackType
 
     from slidingserve.predictor.fit import FitResult
@@ -55,6 +57,10 @@ class OnlineLearner:
     `refit_interval` seconds and swaps the new predictor in; `refit_now` does one refit in
     the calling thread (deterministic, for tests and offline use). A failed refit is
     logged and the previous predictor stays.
+
+    `on_refit`, if given, is called after every refit attempt (successful or not) with the
+    very samples that refit used, in the same thread; if it raises, the error is logged and
+    counted in `num_listener_failures`, and the learner carries on.
     """
 
     def __init__(
@@ -62,10 +68,12 @@ class OnlineLearner:
         initial: BatchLatencyPredictor,
         config: OnlineConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_refit: Callable[[Sequence[Sample]], None] | None = None,
     ) -> None:
         self.config = config or OnlineConfig()
         self._predictor = initial
         self._clock = clock
+        self._on_refit = on_refit
         self._buffer: deque[Sample] = deque(maxlen=self.config.buffer_size)
         self._buffer_lock = threading.Lock()  # held only to append or copy the buffer
         self._fit_lock = threading.Lock()  # one refit at a time
@@ -78,6 +86,7 @@ class OnlineLearner:
         self._dropped = 0
         self._num_fits = 0
         self._num_failures = 0
+        self._num_listener_failures = 0
         self._last_fit: FitResult | None = None
 
     @property
@@ -99,6 +108,11 @@ class OnlineLearner:
     def num_failures(self) -> int:
         """Refits that raised (logged, predictor unchanged)."""
         return self._num_failures
+
+    @property
+    def num_listener_failures(self) -> int:
+        """Calls of `on_refit` that raised (logged; the learner carried on)."""
+        return self._num_listener_failures
 
     @property
     def num_dropped(self) -> int:
@@ -132,7 +146,8 @@ class OnlineLearner:
         """Refit on the buffer in this thread and swap the result in.
 
         Returns None without fitting when the buffer holds fewer than `min_samples`, or
-        when the fit failed (the error is logged).
+        when the fit failed (the error is logged). `on_refit` is called in either case
+        once there were enough samples.
         """
         with self._fit_lock:
             with self._buffer_lock:
@@ -142,7 +157,9 @@ class OnlineLearner:
             if len(samples) < self.config.min_samples:
                 return None
             self._fitted_upto = recorded
-            return self._fit(samples)
+            result = self._fit(samples)
+            self._notify(samples)
+            return result
 
     def _fit(self, samples: list[Sample]) -> FitResult | None:
         config = self.config
@@ -154,6 +171,8 @@ class OnlineLearner:
                 min_samples_per_scenario=config.min_samples_per_scenario,
             )
         except Exception:
+            # Any error of a fit (singular data, a numerical failure) must leave the engine
+            # running on the previous predictor: counted and logged, never raised.
             self._num_failures += 1
             logger.exception(
                 "online refit on %d samples failed; keeping the old predictor", len(samples)
@@ -163,6 +182,20 @@ class OnlineLearner:
         self._predictor = result.predictor  # the atomic swap readers see
         self._num_fits += 1
         return result
+
+    def _notify(self, samples: Sequence[Sample]) -> None:
+        """Hand the refit's samples to the listener; a failure is counted and logged."""
+        if self._on_refit is None:
+            return
+        try:
+            self._on_refit(samples)
+        except Exception:
+            # The listener is another component's model (a policy's own predictor): its
+            # failure must not stop the shared predictor's refits nor the engine.
+            self._num_listener_failures += 1
+            logger.exception(
+                "refit listener failed on %d samples; it keeps its old model", len(samples)
+            )
 
     def start(self) -> None:
         """Start the background refit thread (once)."""

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytest
 
+from slidingserve.core.batch import BatchShape, TimedBatch
 from slidingserve.predictor import (
     BatchLatencyPredictor,
     LinearModel,
@@ -21,6 +22,7 @@ from slidingserve.predictor import (
     random_batch_shapes,
     save_predictor,
 )
+from slidingserve.predictor.io import FORMAT_VERSION, batch_to_dict
 from slidingserve.predictor.report import NO_SAMPLES, AccuracyReport, ErrorStats
 
 if TYPE_CHECKING:
@@ -153,3 +155,78 @@ class TestMalformed:
         path.write_text(json.dumps(corrupt(("global", "weights"), [0.0] * 3)))
         with pytest.raises(ValueError, match=r"bad\.json: global"):
             load_predictor(path)
+
+
+def make_batches() -> tuple[TimedBatch, ...]:
+    return (
+        TimedBatch(BatchShape((120, 7), ((64, 32),)), 0.0125),
+        TimedBatch(BatchShape((), ((256, 0), (3, 900))), 0.031),
+        TimedBatch(BatchShape((5,), ()), 0.004),
+    )
+
+
+class TestBatches:
+    def test_round_trip_keeps_every_batch_exactly(self, tmp_path: Path) -> None:
+        path = tmp_path / "predictor.json"
+        save_predictor(path, make_predictor(), make_metadata(), batches=make_batches())
+        loaded = load_predictor(path)
+        assert loaded.batches == make_batches()
+        assert loaded.predictor == make_predictor()
+
+    def test_file_holds_one_batch_a_line_after_the_coefficients(self, tmp_path: Path) -> None:
+        path = tmp_path / "predictor.json"
+        save_predictor(path, make_predictor(), make_metadata(), batches=make_batches())
+        text = path.read_text()
+        lines = text.splitlines()
+        start = lines.index('  "batches": [')
+        assert lines[start + 1] == (
+            '    {"decode_contexts": [120, 7], "prefill_chunks": [[64, 32]], "seconds": 0.0125},'
+        )
+        assert lines[start + 4 :] == ["  ]", "}"]
+        data = json.loads(text)
+        assert data["format_version"] == FORMAT_VERSION == 2
+        assert list(data)[-1] == "batches" and len(data["batches"]) == 3
+
+    def test_without_batches_the_key_is_absent(self, tmp_path: Path) -> None:
+        path = tmp_path / "predictor.json"
+        save_predictor(path, make_predictor(), make_metadata())
+        assert "batches" not in json.loads(path.read_text())
+        assert load_predictor(path).batches == ()
+
+    def test_a_version_1_file_still_loads_without_batches(self, tmp_path: Path) -> None:
+        old = good_dict()
+        old["format_version"] = 1
+        path = tmp_path / "old.json"
+        path.write_text(json.dumps(old, indent=2))
+        loaded = load_predictor(path)
+        assert loaded.predictor == make_predictor()
+        assert loaded.batches == ()
+        assert loaded.metadata.format_version == 1
+
+    def test_a_profile_s_batches_round_trip(self, tmp_path: Path) -> None:
+        shapes = random_batch_shapes(200, np.random.default_rng(1))
+        batches = tuple(TimedBatch(s, 0.002 + 3e-5 * s.num_tokens) for s in shapes)
+        save_predictor(tmp_path / "p.json", make_predictor(), make_metadata(), batches)
+        assert load_predictor(tmp_path / "p.json").batches == batches
+
+    @pytest.mark.parametrize(
+        ("batch", "message"),
+        [
+            (
+                {"decode_contexts": [1], "prefill_chunks": [], "seconds": 0},
+                "seconds: expected a pos",
+            ),
+            ({"decode_contexts": [1], "prefill_chunks": []}, r"batches\[1\].seconds: missing"),
+            ({"decode_contexts": [-1], "prefill_chunks": [], "seconds": 1}, "decode_contexts"),
+            ({"decode_contexts": [], "prefill_chunks": [[0, 5]], "seconds": 1}, "at least one"),
+            ({"decode_contexts": [], "prefill_chunks": [[4]], "seconds": 1}, r"chunks\[0\]"),
+            ({"decode_contexts": [], "prefill_chunks": [], "seconds": 1}, "an empty batch"),
+            ({"decode_contexts": 3, "prefill_chunks": [], "seconds": 1}, "expected a list"),
+        ],
+    )
+    def test_a_bad_batch_is_named(self, batch: dict[str, object], message: str) -> None:
+        data = predictor_to_dict(make_predictor(), make_metadata(), make_batches()[:1])
+        data["batches"] = [batch_to_dict(make_batches()[0]), batch]
+        with pytest.raises(ValueError, match=message) as error:
+            predictor_from_dict(data)
+        assert "batches[1]" in str(error.value)

@@ -20,7 +20,7 @@ from slidingserve.predictor import (
 from slidingserve.predictor.fit import fit_predictor
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from slidingserve.predictor import FitResult, Sample
 
@@ -154,3 +154,80 @@ class TestBackgroundThread:
     def test_config_validation(self) -> None:
         with pytest.raises(ValueError, match="refit_interval"):
             OnlineConfig(refit_interval=0.0)
+
+
+class Listener:
+    """Records every sample snapshot it is handed, and the thread that handed it."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.calls: list[list[Sample]] = []
+        self.threads: list[str] = []
+        self.error = error
+
+    def __call__(self, samples: Sequence[Sample]) -> None:
+        self.calls.append(list(samples))
+        self.threads.append(threading.current_thread().name)
+        if self.error is not None:
+            raise self.error
+
+
+class TestRefitListener:
+    def test_gets_the_very_samples_of_each_refit(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        fitted: list[list[Sample]] = []
+
+        def recording_fit(samples: list[Sample], **kwargs: Any) -> FitResult:
+            fitted.append(list(samples))
+            return fit_predictor(samples, **kwargs)
+
+        monkeypatch.setattr(FIT_TARGET, recording_fit)
+        listener = Listener()
+        learner = OnlineLearner(STALE, OnlineConfig(min_samples=100), on_refit=listener)
+        feed(learner, 150)
+        learner.refit_now()
+        feed(learner, 50, seed=1)
+        learner.refit_now()
+        assert learner.num_fits == 2
+        assert [len(c) for c in listener.calls] == [150, 200]
+        assert listener.calls == fitted  # same samples, same order, as often
+
+    def test_not_called_without_enough_samples(self) -> None:
+        listener = Listener()
+        learner = OnlineLearner(STALE, OnlineConfig(min_samples=100), on_refit=listener)
+        feed(learner, 99)
+        learner.refit_now()
+        assert listener.calls == []
+
+    def test_a_failing_listener_is_counted_logged_and_harmless(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        listener = Listener(RuntimeError("cannot fit"))
+        learner = OnlineLearner(STALE, OnlineConfig(min_samples=100), on_refit=listener)
+        feed(learner, 120)
+        with caplog.at_level(logging.ERROR):
+            result = learner.refit_now()
+            learner.refit_now()
+        assert result is not None and learner.predictor is not STALE  # ours still swapped in
+        assert learner.num_listener_failures == 2
+        assert learner.num_failures == 0
+        assert "refit listener failed on 120 samples" in caplog.text
+
+    def test_called_even_when_the_shared_fit_fails(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        def broken(*args: object, **kwargs: object) -> FitResult:
+            raise RuntimeError("singular")
+
+        monkeypatch.setattr(FIT_TARGET, broken)
+        listener = Listener()
+        learner = OnlineLearner(STALE, OnlineConfig(min_samples=10), on_refit=listener)
+        feed(learner, 20)
+        assert learner.refit_now() is None
+        assert learner.num_failures == 1
+        assert [len(c) for c in listener.calls] == [20]
+
+    def test_the_background_thread_calls_it(self) -> None:
+        listener = Listener()
+        config = OnlineConfig(refit_every=100, refit_interval=3600.0, min_samples=100)
+        with OnlineLearner(STALE, config, on_refit=listener) as learner:
+            feed(learner, 100)
+            assert wait_for(lambda: len(listener.calls) >= 1)
+        assert listener.threads[0] == "predictor-refit"
+        assert len(listener.calls[0]) == 100

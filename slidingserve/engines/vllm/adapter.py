@@ -4,14 +4,19 @@ Each step it builds the policy's `SchedulerView` from vLLM's queues, asks the co
 policy for a plan, and makes vLLM execute exactly that plan: the planned requests are put
 first, in plan order, in vLLM's running and waiting queues; each one's tokens are capped
 through `_reserve_prefill_lookahead` (unplanned ones get 0); the step's token budget is the
-plan's total. vLLM keeps its own KV allocation and preemption; when it must depart from
-the plan (its KV ran short) the step is counted in `plan_mismatches`. `update_from_output`
-times the model step and feeds the predictor's online learner and the policy.
+plan's total. vLLM keeps its own KV allocation and preemption. `update_from_output` times
+the model step and feeds the predictor's online learner and the policy; every refit of the
+learner also refits the policy's own model, if it keeps one (`Policy.refit`).
+
+Departures from the policy are counted in `health` (`health.py`) and logged once a minute:
+an empty plan (vLLM's own scheduler then fills the step), a plan vLLM did not run as given
+(its KV ran short), a failed refit.
 
 Configuration comes through vLLM's `additional_config["slidingserve"]`:
 `policy`, `policy_options`, `ttft_ms`, `tbt_ms` (defaults for requests without SLOs),
 `predictor` (a JSON file from `slidingserve profile`), `online_learning` (default true),
-`steps_out` (a file to write the engine's step periods to at shutdown, see `periods.py`).
+`steps_out` (a file to write the engine's step periods to at shutdown, see `periods.py`),
+`health_log_seconds` (seconds between two health lines in the log, default 60).
 """
 
 from __future__ import annotations
@@ -19,11 +24,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import vllm
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request as EngineRequestType
@@ -32,39 +36,30 @@ from slidingserve.core.batch import BatchShape, TimedBatch
 from slidingserve.core.plan import Plan
 from slidingserve.core.request import Phase
 from slidingserve.core.view import EngineLimits, SchedulerView
+from slidingserve.engines.vllm.context import (
+    LivePredictor,
+    StartingPoint,
+    policy_profile,
+    starting_point,
+)
+from slidingserve.engines.vllm.health import (
+    LOG_INTERVAL,
+    AdapterHealth,
+    PrometheusCounts,
+    share_vllm_log_handlers,
+)
 from slidingserve.engines.vllm.mirror import RequestMirror
 from slidingserve.engines.vllm.periods import PeriodRecorder
 from slidingserve.engines.vllm.slo_args import SLOArgumentError, SLODefaults, parse_slo_args
 from slidingserve.policies import Policy, PolicyContext, get_policy_class
 from slidingserve.policies.base import IterationRecord
-from slidingserve.predictor import (
-    BatchLatencyPredictor,
-    Features,
-    LinearModel,
-    OnlineConfig,
-    OnlineLearner,
-    Scenario,
-    load_predictor,
-    random_batch_shapes,
-)
+from slidingserve.predictor import OnlineConfig, OnlineLearner, Sample
 from slidingserve.sim.hardware.profiled import MIN_STEPS
 
 logger = logging.getLogger(__name__)
 
 CONFIG_KEY = "slidingserve"
-MAX_SAMPLES = 100_000  # timed steps kept for inspection and profiling
-STARTING_GUESS = LinearModel(0.005, (0.0, 0.0, 0.0, 2e-5, 0.0, 5e-5, 0.0))
-"""Before any measurement or profile: 5 ms a step, 20 µs a decode, 50 µs a prefill token."""
-
-
-class LivePredictor:
-    """Reads the online learner's current predictor at every call (it swaps in refits)."""
-
-    def __init__(self, learner: OnlineLearner) -> None:
-        self.learner = learner
-
-    def predict_features(self, scenario: Scenario, x: Features) -> float:
-        return self.learner.predictor.predict_features(scenario, x)
+MAX_SAMPLES = 100_000  # timed steps (and per-step timings) kept for inspection and profiling
 
 
 class VllmKV:
@@ -92,6 +87,7 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        share_vllm_log_handlers()
         settings = dict((self.vllm_config.additional_config or {}).get(CONFIG_KEY, {}))
         # Admission by chunk, as the policies plan it (vLLM's default wants the whole prompt).
         self.scheduler_reserve_full_isl = False
@@ -103,31 +99,41 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
             self.scheduler_config.max_num_seqs,
             int(self.block_size),
         )
-        self.learner = OnlineLearner(_initial_predictor(settings), _online_config())
+        start = starting_point(settings)
+        self.learner = OnlineLearner(start.predictor, _online_config(), on_refit=self._refit_policy)
+        self.policy = self._build_policy(settings, start)
         if settings.get("online_learning", True):
             self.learner.start()
-        self.policy = self._build_policy(settings)
+        self.health = AdapterHealth(
+            self.learner,
+            float(settings.get("health_log_seconds", LOG_INTERVAL)),
+            metrics=PrometheusCounts.if_exported(),
+        )
         self.mirror = RequestMirror()
         self.kv_view = VllmKV(self)
         self.samples: deque[TimedBatch] = deque(maxlen=MAX_SAMPLES)
         self.periods = PeriodRecorder(MAX_SAMPLES)
         self.steps_out = settings.get("steps_out")
-        self.step_overhead: list[float] = []  # seconds the adapter adds per step
-        self.vllm_schedule_seconds: list[float] = []  # vLLM's own schedule() per step
-        self.plan_mismatches = 0
+        self.step_overhead: deque[float] = deque(maxlen=MAX_SAMPLES)  # seconds added per step
+        self.vllm_schedule_seconds: deque[float] = deque(maxlen=MAX_SAMPLES)  # vLLM's own step
         self.invalid_slo_requests = 0
         self.last_plan: Plan | None = None  # the plan of the latest step
         self._caps: dict[str, int] | None = None
         self._pending: tuple[Plan, BatchShape, float, float] | None = None
 
-    def _build_policy(self, settings: Mapping[str, Any]) -> Policy:
+    def _build_policy(self, settings: Mapping[str, Any], start: StartingPoint) -> Policy:
         name = str(settings.get("policy", "slidingserve"))
         policy_class = get_policy_class(name)
         profile: tuple[TimedBatch, ...] = ()
         if policy_class.needs_profile:
-            profile = _synthetic_profile(self.learner.predictor, self.limits)
+            profile = policy_profile(start, self.limits, name)
         context = PolicyContext(self.limits, LivePredictor(self.learner), profile)
         return policy_class.from_options(context, settings.get("policy_options", {}))
+
+    def _refit_policy(self, samples: Sequence[Sample]) -> None:
+        """The learner's listener: at each of its refits, in its thread, the policy's own
+        model refits to the same samples (a no-op for policies without one)."""
+        self.policy.refit(samples)
 
     # -- requests in and out -------------------------------------------------------------
 
@@ -180,8 +186,9 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         return min(tokens, self._caps.get(request.request_id, 0))
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
-        measured = time.perf_counter()
+        measured, wall = time.perf_counter(), time.time()
         result = super().update_from_output(scheduler_output, model_runner_output)
+        self._note_first_tokens(scheduler_output.num_scheduled_tokens, wall)
         if self._pending is not None and scheduler_output.total_num_scheduled_tokens > 0:
             plan, shape, wall_start, started = self._pending
             seconds = measured - started
@@ -197,8 +204,16 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
 
     def shutdown(self) -> None:
         self.learner.stop(timeout=1.0)
+        self.health.log_now()
         self._save_periods()
         super().shutdown()
+
+    def _note_first_tokens(self, scheduled: Iterable[str], wall: float) -> None:
+        """Stamp the first token of each request whose first token this step produced."""
+        for request_id in scheduled:
+            request = self.requests.get(request_id)
+            if request is not None:
+                self.mirror.note_first_token(request, wall)
 
     def _save_periods(self) -> None:
         """Write the step periods to `steps_out`, if asked and there are enough new ones."""
@@ -254,10 +269,15 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         )
 
     def _check(self, plan: Plan, output: Any) -> None:
+        """Restore vLLM's budget; count the step, and whether vLLM filled an empty plan or
+        ran other tokens than planned."""
         self.max_num_scheduled_tokens = self.scheduler_config.max_num_batched_tokens
+        scheduled = dict(output.num_scheduled_tokens)
         wanted = {chunk.request.request_id: chunk.tokens for chunk in plan.chunks}
-        if plan.chunks and dict(output.num_scheduled_tokens) != wanted:
-            self.plan_mismatches += 1
+        self.health.step(
+            fell_back=not plan.chunks and bool(scheduled),
+            mismatch=bool(plan.chunks) and scheduled != wanted,
+        )
 
     def _shape(self, output: Any) -> BatchShape:
         """The batch vLLM scheduled, by phase as the mirrors saw it before the step."""
@@ -275,29 +295,8 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         return BatchShape(tuple(decodes), tuple(prefills))
 
 
-def _initial_predictor(settings: Mapping[str, Any]) -> BatchLatencyPredictor:
-    path = settings.get("predictor")
-    if path:
-        return load_predictor(str(path)).predictor
-    return BatchLatencyPredictor.single(STARTING_GUESS)
-
-
 def _online_config() -> OnlineConfig:
     return OnlineConfig(refit_every=200, refit_interval=10.0, min_samples=100)
-
-
-def _synthetic_profile(
-    predictor: BatchLatencyPredictor, limits: EngineLimits, count: int = 2000
-) -> tuple[TimedBatch, ...]:
-    """Timed batches for policies that fit their own model, from the predictor we start with
-    (a real engine has no ground truth to sample; `slidingserve profile` fits that one)."""
-    shapes = random_batch_shapes(
-        count,
-        np.random.default_rng(0),
-        max_tokens=limits.max_num_batched_tokens,
-        max_decodes=min(limits.max_num_seqs, limits.max_num_batched_tokens),
-    )
-    return tuple(TimedBatch(shape, predictor.predict(shape)) for shape in shapes)
 
 
 __all__ = ["CONFIG_KEY", "SlidingServeScheduler"]

@@ -57,6 +57,19 @@ class RequestMirror:
         mirror.phase = phase_of(request, waiting)
         return mirror
 
+    def note_first_token(self, request: EngineRequest, now: float) -> None:
+        """Record `now` (wall clock, seconds) as the time of the request's first token, if it
+        has one and none is recorded yet.
+
+        Only that first time is kept in `token_times` (state bounded per request): QoServe
+        anchors a late request's TBT deadlines at it. vLLM's engine-core request carries no
+        token times (the front end stamps them), so the adapter calls this right after the
+        model step that produced the token.
+        """
+        mirror = self._mirrors.get(request.request_id)
+        if mirror is not None and not mirror.token_times and request.num_output_tokens > 0:
+            mirror.token_times.append(now)
+
     def forget_all_but(self, live_ids: set[str]) -> None:
         """Drop the mirrors of requests the engine no longer holds (finished, aborted)."""
         for request_id in [r for r in self._mirrors if r not in live_ids]:

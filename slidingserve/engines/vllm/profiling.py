@@ -3,7 +3,9 @@ fit the batch-latency predictor, report its accuracy on held-out steps.
 
 The `random-chunk` policy draws each step's budget at random, so ordinary traffic of a few
 sizes yields batches of every shape: few and many decodes, short and long contexts, small
-and large prefill chunks.
+and large prefill chunks. `save_profile` writes the fitted predictor together with the
+timed batches it was fitted to, which `serve` hands to policies that fit a model of their
+own (QoServe), so that they start from the same measurements.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from slidingserve.engines.vllm.runtime import (
     prepare_offline_process,
     require_vllm,
 )
+from slidingserve.predictor import PredictorMetadata, save_predictor
 from slidingserve.sim.hardware.profiled import EngineSteps
 from slidingserve.sim.profiling import fit_batches
 
@@ -100,6 +103,17 @@ def profile_engine(
         batches=tuple(batches),
     )
     return EngineProfile(fit_batches(batches, seed), steps)
+
+
+def save_profile(
+    path: str | Path, steps: EngineSteps, model: str, hardware: str, seed: int = 0
+) -> FitResult:
+    """Fit the predictor to the timed batches of `steps` and write it to `path` with those
+    batches (`predictor/io.py`); return the fit, with its held-out accuracy."""
+    fit = fit_batches(list(steps.batches), seed)
+    metadata = PredictorMetadata.from_fit(fit, Path(model).name, hardware)
+    save_predictor(path, fit.predictor, metadata, batches=steps.batches)
+    return fit
 
 
 def vllm_version() -> str:

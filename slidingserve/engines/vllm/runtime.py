@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from slidingserve.core import SLO
+from slidingserve.engines.vllm.health import LOG_INTERVAL
 from slidingserve.policies import POLICIES
 
 SUPPORTED_VLLM = "0.32"
@@ -140,12 +141,16 @@ def adapter_config(
     predictor: str | os.PathLike[str] | None = None,
     online_learning: bool = True,
     steps_out: str | os.PathLike[str] | None = None,
+    health_log_seconds: float = LOG_INTERVAL,
 ) -> dict[str, Any]:
     """vLLM's `additional_config` for the adapter, checked: a registered policy, a valid
     default SLO (milliseconds), an existing predictor file, JSON-serializable options, a
-    folder for `steps_out` (the engine's step periods, written at shutdown)."""
+    folder for `steps_out` (the engine's step periods, written at shutdown), a positive
+    interval between two health lines in the log (seconds)."""
     check_policy_name(policy)
     SLO(ttft=ttft_ms / 1000, tbt=tbt_ms / 1000)  # raises ValueError for a bad default
+    if not health_log_seconds > 0:
+        raise ValueError(f"health_log_seconds must be positive, got {health_log_seconds}")
     predictor_path = None
     if predictor is not None:
         predictor_path = os.path.abspath(predictor)
@@ -164,6 +169,7 @@ def adapter_config(
         "predictor": predictor_path,
         "online_learning": online_learning,
         "steps_out": steps_path,
+        "health_log_seconds": float(health_log_seconds),
     }
     try:
         json.dumps(settings, allow_nan=False)

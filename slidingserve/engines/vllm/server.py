@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
+from slidingserve.engines.vllm.health import LOG_INTERVAL, MULTIPROC_ENV
 from slidingserve.engines.vllm.runtime import (
     CPU_ENGINE_DEFAULTS,
     DEFAULT_TBT_MS,
@@ -44,6 +46,7 @@ def server_command(
     policy_options: Mapping[str, Any] | None = None,
     online_learning: bool = True,
     steps_out: str | None = None,
+    health_log_seconds: float = LOG_INTERVAL,
     seed: int = 0,
     extra_vllm_args: Sequence[str] = (),
     python: str = sys.executable,
@@ -51,7 +54,8 @@ def server_command(
     """The command line of a vLLM API server scheduled by `policy`.
 
     `ttft_ms` and `tbt_ms` are the SLO of requests that give none; `predictor` is a fitted
-    predictor's JSON file; `steps_out` a file for the engine's step periods (at shutdown).
+    predictor's JSON file; `steps_out` a file for the engine's step periods (at shutdown);
+    `health_log_seconds` the interval between two health lines in the log.
     `extra_vllm_args` go last, so they override the CPU defaults
     (`--block-size 64`, `--no-enforce-eager`, ...). Raises `ValueError` for an unknown policy,
     a bad default SLO, a missing predictor file or options that are not JSON.
@@ -64,6 +68,7 @@ def server_command(
         predictor=predictor,
         online_learning=online_learning,
         steps_out=steps_out,
+        health_log_seconds=health_log_seconds,
     )
     if not 0 < port < 65536:
         raise ValueError(f"port must be in 1..65535, got {port}")
@@ -100,12 +105,21 @@ def server_environment(
     ttft_ms: float = DEFAULT_TTFT_MS,
     tbt_ms: float = DEFAULT_TBT_MS,
     base: Mapping[str, str] | None = None,
+    metrics_dir: str | os.PathLike[str] | None = None,
 ) -> dict[str, str]:
     """The server's whole environment: `base` (default `os.environ`), the engine's settings and
-    the default SLO for the request validator."""
+    the default SLO for the request validator.
+
+    `metrics_dir`, an empty folder, puts Prometheus in multiprocess mode
+    (`PROMETHEUS_MULTIPROC_DIR`): the adapter's health counters, counted in the engine core
+    process, then show on the API server's `/metrics` beside vLLM's own. A value already in
+    `base` wins.
+    """
     env = dict(os.environ if base is None else base)
     env.update(engine_environment(multiprocessing=True))
     env[SLO_DEFAULTS_ENV] = slo_defaults_json(ttft_ms, tbt_ms)
+    if metrics_dir is not None:
+        env.setdefault(MULTIPROC_ENV, os.fspath(metrics_dir))
     return env
 
 
@@ -121,7 +135,8 @@ def run_server(
     that vLLM is installed (`VllmMissingError`) and the settings are valid (`ValueError`)."""
     require_vllm()
     command = server_command(model, policy, ttft_ms=ttft_ms, tbt_ms=tbt_ms, **options)
-    env = server_environment(ttft_ms=ttft_ms, tbt_ms=tbt_ms)
+    metrics = tempfile.mkdtemp(prefix="slidingserve-metrics-")  # must start empty; left behind
+    env = server_environment(ttft_ms=ttft_ms, tbt_ms=tbt_ms, metrics_dir=metrics)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(command[0], command, env)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 vllm = pytest.importorskip("vllm")
@@ -26,7 +28,20 @@ from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 from slidingserve.core import SLO  # noqa: E402
+from slidingserve.core.batch import BatchShape, TimedBatch  # noqa: E402
+from slidingserve.core.plan import Plan, ScheduledChunk  # noqa: E402
+from slidingserve.core.view import SchedulerView  # noqa: E402
 from slidingserve.engines.vllm.adapter import SlidingServeScheduler  # noqa: E402
+from slidingserve.engines.vllm.context import STARTING_GUESS  # noqa: E402
+from slidingserve.policies.qoserve import QoServePolicy  # noqa: E402
+from slidingserve.predictor import (  # noqa: E402
+    BatchLatencyPredictor,
+    PredictorMetadata,
+    Sample,
+    random_batch_shapes,
+    save_predictor,
+)
+from slidingserve.sim.profiling import fit_batches  # noqa: E402
 
 BLOCK = 16
 EOS = 2
@@ -50,8 +65,13 @@ HASHER = get_request_block_hasher(BLOCK, sha256)
 
 
 def make_scheduler(
-    tmp_path: Path, policy: str, options: dict[str, Any] | None = None, budget: int = 128
+    tmp_path: Path,
+    policy: str,
+    options: dict[str, Any] | None = None,
+    budget: int = 128,
+    **extra: Any,
 ) -> SlidingServeScheduler:
+    """A scheduler without a model; `extra` are more adapter settings (e.g. `predictor`)."""
     (tmp_path / "config.json").write_text(json.dumps(CONFIG_ONLY))
     model = ModelConfig(
         model=str(tmp_path), skip_tokenizer_init=True, dtype="float32", max_model_len=1024
@@ -65,7 +85,12 @@ def make_scheduler(
         async_scheduling=False,
     )
     cache = CacheConfig(block_size=BLOCK, enable_prefix_caching=False)
-    settings = {"policy": policy, "policy_options": options or {}, "online_learning": False}
+    settings = {
+        "policy": policy,
+        "policy_options": options or {},
+        "online_learning": False,
+        **extra,
+    }
     config = VllmConfig(
         model_config=model,
         scheduler_config=scheduler,
@@ -109,9 +134,30 @@ def engine_request(
     )
 
 
-def run_step(scheduler: SlidingServeScheduler) -> Any:
-    """One step with a fake model: a token for each request whose prompt is complete."""
+def law(tokens: int) -> float:
+    """The measured step time of the tests below: 10 ms + 0.2 ms a token."""
+    return 0.01 + 2e-4 * tokens
+
+
+class FakeTime:
+    """Stands in for the adapter's `time` module: the fake model advances it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+
+def run_step(scheduler: SlidingServeScheduler, clock: FakeTime | None = None) -> Any:
+    """One step with a fake model: a token for each request whose prompt is complete; with a
+    `clock` (patched in as the adapter's time), the step takes `law(tokens)` seconds."""
     output = scheduler.schedule()
+    if clock is not None:
+        clock.now += law(output.total_num_scheduled_tokens)
     ids = list(output.num_scheduled_tokens)
     sampled = [
         [7] if scheduler.requests[i].num_computed_tokens >= scheduler.requests[i].num_tokens else []
@@ -163,7 +209,7 @@ def test_vllm_runs_exactly_the_plan_in_order(
         assert [r for r in got_order if r in new] == [r for r in planned_order if r in new]
         checked += 1
     assert checked >= 3
-    assert scheduler.plan_mismatches == 0
+    assert scheduler.health.counts[:3] == (checked, 0, 0)  # steps, fallbacks, mismatches
     assert len(scheduler.mirror) == 0  # every finished request was forgotten
 
 
@@ -208,3 +254,127 @@ def test_each_step_is_timed_and_its_overhead_counted(tmp_path: Path) -> None:
     first = scheduler.samples[0]
     assert first.shape.num_prefill_tokens == 50 and first.seconds >= 0
     assert all(s.shape.num_decodes == 1 for s in list(scheduler.samples)[1:])
+
+
+# -- what QoServe (a policy with a model of its own) learns from ----------------------------
+
+
+def qoserve_prediction(scheduler: SlidingServeScheduler, shape: BatchShape) -> float:
+    policy = scheduler.policy
+    assert isinstance(policy, QoServePolicy)
+    return policy.predictor.predict_shape(shape)
+
+
+PROBE = BatchShape((30, 40), ((60, 0),))  # 62 tokens: the law says 22.4 ms
+
+
+def test_qoserve_refits_to_the_measured_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeTime()
+    monkeypatch.setattr("slidingserve.engines.vllm.adapter.time", clock)
+    scheduler = make_scheduler(tmp_path, "qoserve")
+    before = qoserve_prediction(scheduler, PROBE)
+    for wave in range(20):
+        for k in range(6):
+            scheduler.add_request(engine_request(f"{wave}-{k}", 20 + 37 * k, max_tokens=6))
+        for _ in range(200):  # bounded: a stall fails the test instead of hanging it
+            if not scheduler.has_requests():
+                break
+            run_step(scheduler, clock)
+        if scheduler.learner.num_samples >= 150:
+            break
+    assert scheduler.learner.num_samples >= 150
+    assert scheduler.learner.refit_now() is not None  # what the refit thread does, here
+    after = qoserve_prediction(scheduler, PROBE)
+    assert before == pytest.approx(0.008, rel=0.1)  # synthesized from the starting guess
+    assert after == pytest.approx(law(62), rel=0.02)  # fitted to the measured steps
+    assert scheduler.learner.predictor.predict(PROBE) == pytest.approx(law(62), rel=0.02)
+    assert scheduler.health.counts.failed_policy_refits == 0
+
+
+def test_a_failing_policy_refit_is_counted_and_its_model_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scheduler = make_scheduler(tmp_path, "qoserve")
+    policy = scheduler.policy
+    assert isinstance(policy, QoServePolicy)
+    model = policy.predictor
+
+    def broken(samples: Sequence[Sample]) -> None:
+        raise ValueError("cannot fit")
+
+    monkeypatch.setattr(policy, "refit", broken)
+    for shape in random_batch_shapes(150, np.random.default_rng(0), max_tokens=128):
+        scheduler.learner.record(shape, law(shape.num_tokens))
+    assert scheduler.learner.refit_now() is not None  # the shared predictor still refits
+    assert policy.predictor is model
+    assert scheduler.health.counts.failed_policy_refits == 1
+
+
+def save_profile_file(path: Path, batches: Sequence[TimedBatch]) -> Path:
+    fit = fit_batches(list(batches)) if batches else None
+    predictor = fit.predictor if fit else BatchLatencyPredictor.single(STARTING_GUESS)
+    save_predictor(path, predictor, PredictorMetadata("m", "h", len(batches), "now"), batches)
+    return path
+
+
+def test_the_profile_s_measured_batches_reach_qoserve(tmp_path: Path) -> None:
+    shapes = random_batch_shapes(300, np.random.default_rng(1), max_tokens=128, max_decodes=16)
+    batches = tuple(TimedBatch(shape, law(shape.num_tokens)) for shape in shapes)
+    path = save_profile_file(tmp_path / "predictor.json", batches)
+    scheduler = make_scheduler(tmp_path, "qoserve", predictor=str(path))
+    assert tuple(scheduler.policy.context.profile) == batches
+    assert qoserve_prediction(scheduler, PROBE) == pytest.approx(law(62), rel=0.02)
+
+
+def test_without_measured_batches_qoserve_starts_from_synthetic_ones_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = save_profile_file(tmp_path / "predictor.json", ())
+    scheduler = make_scheduler(tmp_path, "qoserve", predictor=str(path))
+    assert len(scheduler.policy.context.profile) == 2000
+    assert "qoserve fits its model to batches synthesized from" in caplog.text
+
+
+# -- departures from the plan, counted -------------------------------------------------------
+
+
+def test_an_empty_plan_filled_by_vllm_is_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scheduler = make_scheduler(tmp_path, "sarathi")
+    scheduler.add_request(engine_request("a", 30))
+    monkeypatch.setattr(scheduler.policy, "schedule", lambda view: Plan())
+    output = run_step(scheduler)
+    assert dict(output.num_scheduled_tokens) == {"a": 30}  # vLLM's own choice
+    assert scheduler.health.counts[:3] == (1, 1, 0)
+
+
+def test_a_plan_vllm_departs_from_is_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scheduler = make_scheduler(tmp_path, "sarathi")
+    scheduler.add_request(engine_request("a", 20))
+
+    def too_many(view: SchedulerView) -> Plan:
+        return Plan([ScheduledChunk(view.waiting[0], 50)])  # the prompt has only 20
+
+    monkeypatch.setattr(scheduler.policy, "schedule", too_many)
+    output = run_step(scheduler)
+    assert dict(output.num_scheduled_tokens) == {"a": 20}
+    assert scheduler.health.counts[:3] == (1, 0, 1)
+
+
+def test_the_first_token_s_time_reaches_the_mirror(tmp_path: Path) -> None:
+    scheduler = make_scheduler(tmp_path, "sarathi")
+    scheduler.add_request(engine_request("a", 40, max_tokens=4))
+    mirror = scheduler.mirror.get("a")
+    assert mirror is not None
+    before = time.time()
+    run_step(scheduler)  # the whole prompt, and the first token
+    after = time.time()
+    run_step(scheduler)
+    run_step(scheduler)
+    assert len(mirror.token_times) == 1
+    assert before <= mirror.token_times[0] <= after

@@ -69,6 +69,7 @@ def test_additional_config_holds_policy_slo_and_predictor(tmp_path: Path) -> Non
         policy_options={"chunker": "window", "window": 2},
         online_learning=False,
         steps_out=str(tmp_path / "steps.json"),
+        health_log_seconds=5,
     )
     config = json.loads(flag_value(command, "--additional-config"))
     assert config == {
@@ -80,8 +81,14 @@ def test_additional_config_holds_policy_slo_and_predictor(tmp_path: Path) -> Non
             "predictor": str(predictor),
             "online_learning": False,
             "steps_out": str(tmp_path / "steps.json"),
+            "health_log_seconds": 5.0,
         }
     }
+
+
+def test_health_lines_come_once_a_minute_by_default() -> None:
+    config = json.loads(flag_value(server_command("m", "vllm"), "--additional-config"))
+    assert config["slidingserve"]["health_log_seconds"] == 60.0
 
 
 def test_steps_out_needs_an_existing_folder(tmp_path: Path) -> None:
@@ -115,6 +122,7 @@ def test_every_registered_policy_is_accepted(policy: str) -> None:
         ({"policy_options": {"window": float("nan")}}, "plain JSON values"),
         ({"policy_options": {"window": object()}}, "plain JSON values"),
         ({"port": 70000}, "port must be in 1..65535"),
+        ({"health_log_seconds": 0.0}, "health_log_seconds must be positive"),
     ],
 )
 def test_bad_settings_are_refused_before_launch(settings: dict[str, object], message: str) -> None:
@@ -137,6 +145,14 @@ def test_server_environment_runs_the_engine_in_its_own_process_with_slo_defaults
     assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
     assert env["HF_HUB_OFFLINE"] == "1"
     assert json.loads(env[SLO_DEFAULTS_ENV]) == {"ttft_ms": 900.0, "tbt_ms": 30.0}
+    assert "PROMETHEUS_MULTIPROC_DIR" not in env  # vLLM's single-process metrics
+
+
+def test_a_metrics_folder_puts_prometheus_in_multiprocess_mode(tmp_path: Path) -> None:
+    env = server_environment(base={"PATH": "/bin"}, metrics_dir=tmp_path)
+    assert env["PROMETHEUS_MULTIPROC_DIR"] == str(tmp_path)
+    mine = server_environment(base={"PROMETHEUS_MULTIPROC_DIR": "/mine"}, metrics_dir=tmp_path)
+    assert mine["PROMETHEUS_MULTIPROC_DIR"] == "/mine"  # the caller's folder wins
 
 
 def test_engine_environment_keeps_the_callers_values(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,5 @@
-"""vLLM's OpenAI server started with `server_command`: SLOs in `vllm_xargs`, bad ones refused.
+"""vLLM's OpenAI server started with `server_command`: SLOs in `vllm_xargs`, bad ones refused,
+the adapter's health counts in the server log and on `/metrics`.
 
 The server runs in a subprocess on 127.0.0.1 and a free port; every wait is bounded and the
 server's process group is killed at the end whatever happens.
@@ -7,6 +8,8 @@ server's process group is killed at the end whatever happens.
 from __future__ import annotations
 
 import json
+import re
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -35,18 +38,33 @@ class Reply(NamedTuple):
     events: list[dict[str, object]]  # the JSON events of a stream, or the one JSON body
 
 
+HEALTH_SECONDS = 1.0  # between two health lines in the log (60 in production)
+HEALTH_LINE = re.compile(
+    r"slidingserve: (\d+) steps, (\d+) fell back to vLLM \(empty plan\), (\d+) plan "
+    r"mismatches, (\d+) failed refits, (\d+) failed policy refits"
+)
+
+
 @pytest.fixture(scope="module")
-def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The server's log (`server.log`) and Prometheus multiprocess folder (`metrics`)."""
+    folder = tmp_path_factory.mktemp("server")
+    (folder / "metrics").mkdir()
+    return folder
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model: Path, server_folder: Path) -> Iterator[str]:
     """The base URL of a running server scheduled by SlidingServe."""
-    log = tmp_path_factory.mktemp("server") / "server.log"
 
     def command(port: int) -> list[str]:
         return server_command(
             str(tiny_model), "slidingserve", port=port, ttft_ms=1500, tbt_ms=100,
-            extra_vllm_args=ENGINE_ARGS,
+            health_log_seconds=HEALTH_SECONDS, extra_vllm_args=ENGINE_ARGS,
         )  # fmt: skip
 
-    with serving(command, server_environment(ttft_ms=1500, tbt_ms=100), log) as base:
+    env = server_environment(ttft_ms=1500, tbt_ms=100, metrics_dir=server_folder / "metrics")
+    with serving(command, env, server_folder / "server.log") as base:
         yield base
 
 
@@ -144,3 +162,34 @@ def test_chat_completion_with_slo_and_a_bad_one(server: str) -> None:
     assert usage["completion_tokens"] == MAX_TOKENS
     bad = post(server, "/v1/chat/completions", {**body, "vllm_xargs": {"ttft_ms": 0}})
     assert bad.status == 400
+
+
+def logged_health(log: Path, timeout: float = 10.0) -> list[tuple[int, ...]]:
+    """The counts of every health line in the server log, waiting for at least one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = HEALTH_LINE.findall(log.read_text(errors="replace"))
+        if found or time.monotonic() > deadline:
+            return [tuple(int(n) for n in counts) for counts in found]
+        time.sleep(0.2)
+
+
+def metric(base: str, name: str) -> float | None:
+    with urllib.request.urlopen(base + "/metrics", timeout=REQUEST_TIMEOUT) as response:
+        text = response.read().decode()
+    found = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE)
+    return None if found is None else float(found.group(1))
+
+
+def test_health_counts_reach_the_server_log_and_metrics(server: str, server_folder: Path) -> None:
+    for _ in range(2):  # two requests more than a health interval apart: a line between
+        assert post(server, "/v1/completions", completion(None, stream=False)).status == 200
+        time.sleep(HEALTH_SECONDS + 0.2)
+    lines = logged_health(server_folder / "server.log")
+    assert lines, "no health line in the server log"
+    steps, _, _, failed_refits, failed_policy_refits = lines[-1]
+    assert steps >= MAX_TOKENS  # one request alone takes a step per token
+    assert (failed_refits, failed_policy_refits) == (0, 0)
+    exported = metric(server, "slidingserve:steps_total")
+    assert exported is not None and exported >= steps  # published at every step
+    assert metric(server, "slidingserve:plan_mismatches_total") is not None

@@ -1,0 +1,97 @@
+"""What the adapter starts a policy with: the live predictor and, for policies that fit a
+model of their own (`needs_profile`), the timed batches to fit it to.
+
+The batches are the measured ones that `slidingserve profile` saved in the predictor file
+(`predictor/io.py`), the same the shared predictor was fitted to. Only when the file holds
+none, or no file was given, are they synthesized from the starting predictor, with a
+warning: such a policy then starts from a guess, while the shared predictor starts from
+the measurements. Both refit from the same measured steps once the engine runs
+(`OnlineLearner.on_refit`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from slidingserve.core.batch import TimedBatch
+from slidingserve.predictor import (
+    BatchLatencyPredictor,
+    LinearModel,
+    load_predictor,
+    random_batch_shapes,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from slidingserve.core.view import EngineLimits
+    from slidingserve.predictor import Features, OnlineLearner, Scenario
+
+logger = logging.getLogger(__name__)
+
+STARTING_GUESS = LinearModel(0.005, (0.0, 0.0, 0.0, 2e-5, 0.0, 5e-5, 0.0))
+"""Before any measurement or profile: 5 ms a step, 20 µs a decode, 50 µs a prefill token."""
+SYNTHETIC_BATCHES = 2000  # batches synthesized when no measured ones were saved
+
+
+class StartingPoint(NamedTuple):
+    """The predictor file's contents, or the starting guess."""
+
+    predictor: BatchLatencyPredictor
+    batches: tuple[TimedBatch, ...]  # measured batches the predictor was fitted to, or ()
+    source: str  # where they come from, for the log: the file's path or "the starting guess"
+
+
+class LivePredictor:
+    """Reads the online learner's current predictor at every call (it swaps in refits)."""
+
+    def __init__(self, learner: OnlineLearner) -> None:
+        self.learner = learner
+
+    def predict_features(self, scenario: Scenario, x: Features) -> float:
+        return self.learner.predictor.predict_features(scenario, x)
+
+
+def starting_point(settings: Mapping[str, Any]) -> StartingPoint:
+    """The predictor (and its batches) of the adapter setting `predictor`, if given."""
+    path = settings.get("predictor")
+    if not path:
+        return StartingPoint(BatchLatencyPredictor.single(STARTING_GUESS), (), "the starting guess")
+    loaded = load_predictor(str(path))
+    return StartingPoint(loaded.predictor, loaded.batches, str(path))
+
+
+def policy_profile(
+    start: StartingPoint, limits: EngineLimits, policy: str
+) -> tuple[TimedBatch, ...]:
+    """The timed batches a policy that fits its own model starts from: the measured ones if
+    the predictor file has them, else batches synthesized from the starting predictor."""
+    if start.batches:
+        count = len(start.batches)
+        logger.info("%s fits its model to %d measured batches of %s", policy, count, start.source)
+        return start.batches
+    logger.warning(
+        "%s fits its model to batches synthesized from %s: it holds no measured batches "
+        "(profile the engine with `slidingserve profile` to give it some)",
+        policy,
+        start.source,
+    )
+    return synthetic_profile(start.predictor, limits)
+
+
+def synthetic_profile(
+    predictor: BatchLatencyPredictor, limits: EngineLimits, count: int = SYNTHETIC_BATCHES
+) -> tuple[TimedBatch, ...]:
+    """Timed batches predicted by `predictor` (a real engine has no ground truth to sample;
+    `slidingserve profile` measures one)."""
+    shapes = random_batch_shapes(
+        count,
+        np.random.default_rng(0),
+        max_tokens=limits.max_num_batched_tokens,
+        max_decodes=min(limits.max_num_seqs, limits.max_num_batched_tokens),
+    )
+    return tuple(TimedBatch(shape, predictor.predict(shape)) for shape in shapes)
