@@ -37,13 +37,19 @@ class RatioInterval:
         return self.low > 1 or self.high < 1
 
     def format(self) -> str:
-        """`1.04 [0.98, 1.10]`, with `*` after it when significant."""
+        """`1.04 [0.98, 1.10]`, with `*` after it when significant; three decimals where
+        two would round a bound to 1.00 and hide which side of 1 it lies."""
         if math.isnan(self.mean):
             return "n/a"
         if math.isnan(self.low):
             return f"{self.mean:.2f} [n={len(self.per_seed)}]"
         mark = " *" if self.significant else ""
-        return f"{self.mean:.2f} [{self.low:.2f}, {self.high:.2f}]{mark}"
+        digits = 3 if any(_rounds_to_one(bound) for bound in (self.low, self.high)) else 2
+        return f"{self.mean:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]{mark}"
+
+
+def _rounds_to_one(value: float) -> bool:
+    return value != 1 and f"{value:.2f}" == "1.00"
 
 
 def ratio_interval(ratios: Sequence[float], confidence: float = CONFIDENCE) -> RatioInterval:

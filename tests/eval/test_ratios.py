@@ -45,6 +45,15 @@ def test_a_difference_is_real_only_when_the_interval_excludes_one(
     assert interval.format().endswith(" *") is significant
 
 
+def test_a_bound_next_to_one_shows_which_side_it_is_on() -> None:
+    interval = ratio_interval([0.93, 0.95, 0.94])  # high = 0.94 + 4.303 × 0.01 / √3 = 0.9648
+    assert interval.format() == "0.94 [0.92, 0.96] *"
+    # Mean 0.991, std 0.002: high = 0.991 + 4.303 × 0.002 / √3 = 0.99597, which "1.00"
+    # would show on the wrong side of 1.
+    near = ratio_interval([0.989, 0.991, 0.993])
+    assert near.format() == "0.991 [0.986, 0.996] *"
+
+
 def test_one_seed_has_no_interval() -> None:
     interval = ratio_interval([1.3])
     assert interval.mean == 1.3 and math.isnan(interval.low) and not interval.significant
