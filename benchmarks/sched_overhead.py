@@ -26,7 +26,7 @@ from slidingserve.policies import PolicyContext, make_policy
 from slidingserve.policies.slidingserve import SlidingServePolicy
 from slidingserve.sim.hardware import HardwareConfig
 from slidingserve.sim.profiling import calibrate
-from slidingserve.sim.workloads import WorkloadConfig, sample_workload
+from slidingserve.workloads import WorkloadConfig, sample_workload
 
 
 def random_view(size: int, limits: EngineLimits, rng: np.random.Generator) -> SchedulerView:

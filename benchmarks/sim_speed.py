@@ -26,11 +26,12 @@ from typing import NamedTuple
 from slidingserve.core.request import Request
 from slidingserve.core.view import EngineLimits
 from slidingserve.policies import PolicyContext, make_policy
+from slidingserve.predictor.calibration import DEFAULT_SAMPLES
 from slidingserve.sim.engine import SimulationRun, Simulator, SimulatorOptions
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig
-from slidingserve.sim.profiling import DEFAULT_SAMPLES, calibrate
+from slidingserve.sim.profiling import calibrate
 from slidingserve.sim.runner import SimulationSpec, needs_calibration, policy_context
-from slidingserve.sim.workloads import WorkloadConfig, generate_requests
+from slidingserve.workloads import WorkloadConfig, generate_requests
 
 VIDUR_REQUESTS_PER_SECOND = 152.0  # Vidur on this workload on this machine (issue 2)
 DEFAULT_POLICIES = ("sarathi", "qoserve", "slidingserve")

@@ -5,7 +5,7 @@ Run from the repository root:
     .venv/bin/python scripts/derive_trace_quantiles.py [--data-dir DIR] [--out FILE]
 
 It reads the ShareGPT and arXiv traces (default `../shared/data/traces` beside the checkout)
-and writes `slidingserve/sim/workloads/data/trace_quantiles.json`: per trace, the marginal
+and writes `slidingserve/workloads/data/trace_quantiles.json`: per trace, the marginal
 quantiles of prompt and output tokens (finer steps in both tails), the Spearman rank
 correlation, and the empirical copula as row counts on a rank grid (finer near 0 and 1). It
 prints one line per trace: rows, mean/p50/p90/p99/max of prompt and output, Spearman.
@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from slidingserve.sim.workloads.lengths import TRACE_FILES
-from slidingserve.sim.workloads.traces import LengthTable, read_trace
+from slidingserve.workloads.lengths import TRACE_FILES
+from slidingserve.workloads.traces import LengthTable, read_trace
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data" / "traces"
-DEFAULT_OUT = REPO_ROOT / "slidingserve" / "sim" / "workloads" / "data" / "trace_quantiles.json"
+DEFAULT_OUT = REPO_ROOT / "slidingserve" / "workloads" / "data" / "trace_quantiles.json"
 
 TRACES: dict[str, dict[str, str]] = {
     "sharegpt": {

@@ -20,15 +20,14 @@ from slidingserve.eval.report import (
     ratio_table,
     simulation_table,
     tier_table,
-    write_csv,
-    write_json,
 )
 from slidingserve.policies import POLICIES
 from slidingserve.predictor import PredictorMetadata, save_predictor
+from slidingserve.reporting import write_csv, write_json
 from slidingserve.sim.hardware import list_gpus, list_models
 from slidingserve.sim.profiling import hardware_label, profile_ground_truth
 from slidingserve.sim.runner import SimulationSpec, simulate
-from slidingserve.sim.workloads import SLO_PRESETS, WORKLOADS
+from slidingserve.workloads import SLO_PRESETS, WORKLOADS
 
 
 def settings_from(args: argparse.Namespace) -> cfg.Settings:

@@ -131,7 +131,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def run_profile(args: argparse.Namespace) -> int:
     from slidingserve.engines.vllm.profiling import save_profile
-    from slidingserve.sim.hardware.profiled import save_engine_steps
+    from slidingserve.predictor.steps import save_engine_steps
 
     if args.live:
         from slidingserve.live.compare import LiveSettings
@@ -174,8 +174,8 @@ def run_profile(args: argparse.Namespace) -> int:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from slidingserve.eval.report import write_json
     from slidingserve.live.compare import LiveSettings, compare, table
+    from slidingserve.reporting import write_json
 
     if args.against is not None and args.simulate is None:
         raise ValueError("--against needs --simulate: it compares a prediction with a live run")
@@ -205,7 +205,7 @@ def run_compare(args: argparse.Namespace) -> int:
         policies, rates, search = measured.policies, measured.rates, measured.searched
     if args.simulate is not None:
         from slidingserve.live.simulated import simulate_comparison
-        from slidingserve.sim.hardware.profiled import load_engine_steps
+        from slidingserve.predictor.steps import load_engine_steps
 
         steps = load_engine_steps(args.simulate)
         result = simulate_comparison(steps, settings, policies, rates, search=search)

@@ -24,7 +24,7 @@ from slidingserve.eval.goodput import SearchSettings
 from slidingserve.policies import get_policy_class
 from slidingserve.sim.hardware import HardwareConfig
 from slidingserve.sim.metrics import TbtReading
-from slidingserve.sim.workloads import (
+from slidingserve.workloads import (
     ArrivalConfig,
     OverloadWindow,
     Tier,

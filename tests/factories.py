@@ -20,7 +20,7 @@ from slidingserve.core import (
 )
 from slidingserve.policies import Policy
 from slidingserve.predictor import Features, Scenario
-from slidingserve.sim.hardware.profiled import EngineSteps
+from slidingserve.predictor.steps import EngineSteps
 
 
 def make_request(

@@ -14,7 +14,7 @@ import numpy as np
 
 from slidingserve.bench.metrics import BenchSummary, LatencyStats, verdict
 from slidingserve.bench.records import Outcome
-from slidingserve.eval.report import format_table, write_json
+from slidingserve.reporting import format_table, write_json
 
 if TYPE_CHECKING:
     import numpy.typing as npt

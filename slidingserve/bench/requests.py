@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from slidingserve.core.request import SLO, Request
-from slidingserve.sim.workloads import WorkloadConfig, generate_requests
+from slidingserve.workloads import WorkloadConfig, generate_requests
 
 if TYPE_CHECKING:
     import numpy.typing as npt

@@ -34,7 +34,7 @@ from slidingserve.bench.requests import (
     request_body,
     workload_with,
 )
-from slidingserve.sim.workloads import WorkloadConfig
+from slidingserve.workloads import WorkloadConfig
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -19,7 +19,7 @@ import numpy as np
 
 from slidingserve.core.view import EngineLimits
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
-from slidingserve.sim.workloads import WorkloadConfig, sample_workload
+from slidingserve.workloads import WorkloadConfig, sample_workload
 
 
 @dataclass(frozen=True, slots=True)

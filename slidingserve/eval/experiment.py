@@ -22,9 +22,10 @@ from slidingserve.core.view import EngineLimits
 from slidingserve.eval.capacity import CapacityBound, capacity_bound
 from slidingserve.eval.goodput import GoodputEstimate, SearchSettings, search_goodput
 from slidingserve.policies import get_policy_class
+from slidingserve.predictor.calibration import Calibration
 from slidingserve.sim.hardware import HardwareConfig
 from slidingserve.sim.metrics import TbtReading
-from slidingserve.sim.profiling import Calibration, calibrate
+from slidingserve.sim.profiling import calibrate
 from slidingserve.sim.runner import (
     OVERALL,
     TIER_PREFIX,
@@ -35,7 +36,7 @@ from slidingserve.sim.runner import (
     simulate,
     violation_for,
 )
-from slidingserve.sim.workloads import ArrivalConfig, TierMix, WorkloadConfig, get_workload
+from slidingserve.workloads import ArrivalConfig, TierMix, WorkloadConfig, get_workload
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -2,32 +2,17 @@
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
 import math
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slidingserve.eval.ratios import RatioInterval, goodput_ratios
+from slidingserve.reporting import format_table
 
 if TYPE_CHECKING:
     from slidingserve.eval.experiment import ExperimentResult, GoodputRow
     from slidingserve.sim.runner import SimulationResult
-
-
-def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A plain text table, first column left-aligned, the others right-aligned."""
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [str(cells[0]).ljust(widths[0])]
-        parts += [str(cell).rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True)]
-        return "  ".join(parts)
-
-    rule = "  ".join("-" * width for width in widths)
-    return "\n".join([line(header), rule, *(line(row) for row in rows)])
 
 
 def goodput_table(result: ExperimentResult, criterion: str | None = None) -> str:
@@ -163,31 +148,6 @@ def tier_table(results: Sequence[SimulationResult]) -> str:
     return format_table(header, rows)
 
 
-def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as stream:
-        writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-
-
-def write_json(path: Path, payload: Any) -> None:
-    """Write `payload` as strict JSON: NaN (an undefined percentile) becomes null."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    plain = json.loads(json.dumps(payload, default=_jsonable))
-    path.write_text(json.dumps(_nan_to_none(plain), indent=2, allow_nan=False) + "\n")
-
-
-def _nan_to_none(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _nan_to_none(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_nan_to_none(item) for item in value]
-    return value
-
-
 def experiment_payload(result: ExperimentResult) -> dict[str, Any]:
     return {
         "setup": describe_setup(result),
@@ -243,13 +203,3 @@ def _ratio_fields(reference: str, interval: RatioInterval | None) -> dict[str, A
 
 
 RATIO_FIELDS = ("ratio_reference", "ratio_mean", "ratio_low", "ratio_high", "ratio_significant")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if hasattr(value, "value"):  # enums
-        return value.value
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slidingserve.eval.report import format_table
 from slidingserve.live.compare import LiveComparison
+from slidingserve.reporting import format_table
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from pathlib import Path
 from slidingserve.bench.metrics import BenchSummary
 from slidingserve.bench.runner import BenchConfig, BenchResult, run_bench
 from slidingserve.eval.goodput import GoodputEstimate, SearchSettings, search_goodput
-from slidingserve.eval.report import format_table
 from slidingserve.live.servers import ServerSpec, running_server
-from slidingserve.sim.workloads import WorkloadConfig
+from slidingserve.reporting import format_table
+from slidingserve.workloads import WorkloadConfig
 
 STRICT_TBT_MS = 50.0  # the strict preset's TBT, which the scale is computed against
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from slidingserve.bench.runner import BenchConfig, run_bench
 from slidingserve.live.compare import LiveSettings
 from slidingserve.live.servers import ServerSpec, running_server
-from slidingserve.sim.hardware.profiled import EngineSteps, load_engine_steps
+from slidingserve.predictor.steps import EngineSteps, load_engine_steps
 
 PROFILE_RATES = (2.0, 8.0, 16.0, 32.0)  # req/s: light load to overload on this CPU
 UNMISSABLE_SLO_SCALE = 100.0  # SLOs play no part in profiling traffic

@@ -33,9 +33,10 @@ from slidingserve.live.compare import (
     scale_for_tpot,
 )
 from slidingserve.policies import PolicyContext, get_policy_class
+from slidingserve.predictor.calibration import Calibration
+from slidingserve.predictor.steps import EngineSteps
 from slidingserve.sim.engine import Simulator, SimulatorOptions
-from slidingserve.sim.hardware.profiled import EngineSteps, ProfiledLatency, calibrate_profiled
-from slidingserve.sim.profiling import Calibration
+from slidingserve.sim.hardware.profiled import ProfiledLatency, calibrate_profiled
 from slidingserve.sim.runner import needs_calibration
 
 CALIBRATION_REQUESTS = 12  # like the live calibration run

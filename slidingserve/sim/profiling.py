@@ -3,31 +3,14 @@ fit the batch-latency predictor, and hand both to the policies that need them.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from slidingserve.core.batch import TimedBatch
 from slidingserve.core.view import EngineLimits
-from slidingserve.predictor import (
-    BatchLatencyPredictor,
-    FitResult,
-    Sample,
-    fit_predictor,
-    random_batch_shapes,
-)
+from slidingserve.predictor import FitResult, random_batch_shapes
+from slidingserve.predictor.calibration import DEFAULT_SAMPLES, Calibration, fit_batches
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
 from slidingserve.sim.hardware.noise import profiling_seed
-
-DEFAULT_SAMPLES = 4000
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """Timed batches of one GPU and the predictor fitted to them."""
-
-    batches: tuple[TimedBatch, ...]
-    predictor: BatchLatencyPredictor
 
 
 def profile_batches(
@@ -54,14 +37,6 @@ def profile_batches(
         max_decodes=min(limits.max_num_seqs, limits.max_num_batched_tokens),
     )
     return [TimedBatch(shape, latency.sample_time(shape)) for shape in shapes]
-
-
-def fit_batches(
-    batches: list[TimedBatch], seed: int = 0, validation_fraction: float = 0.25
-) -> FitResult:
-    """Fit the predictor; its validation report is measured on held-out batches."""
-    samples = [Sample.from_shape(batch.shape, batch.seconds) for batch in batches]
-    return fit_predictor(samples, validation_fraction, seed)
 
 
 def profile_ground_truth(

@@ -11,11 +11,12 @@ from typing import Any
 
 from slidingserve.core.view import EngineLimits
 from slidingserve.policies import PolicyContext, get_policy_class
+from slidingserve.predictor.calibration import Calibration
 from slidingserve.sim.engine import Simulator, SimulatorOptions
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
 from slidingserve.sim.metrics import RunMetrics, TbtReading, compute_metrics, metrics_by_tier
-from slidingserve.sim.profiling import Calibration, calibrate
-from slidingserve.sim.workloads import WorkloadConfig, generate_requests
+from slidingserve.sim.profiling import calibrate
+from slidingserve.workloads import WorkloadConfig, generate_requests
 
 MIN_RATE = 1e-4
 """Slowest rate simulated, req/s: below it arrival times swamp the latencies in float64."""

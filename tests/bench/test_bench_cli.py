@@ -9,7 +9,7 @@ import pytest
 
 from slidingserve.cli_bench import add_bench_command, bench_config
 from slidingserve.cli_flags import parse_overload
-from slidingserve.sim.workloads import OverloadWindow
+from slidingserve.workloads import OverloadWindow
 
 
 def parse(*argv: str) -> argparse.Namespace:

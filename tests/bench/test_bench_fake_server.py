@@ -34,7 +34,7 @@ from slidingserve.bench import (
     run_bench,
     write_bench_json,
 )
-from slidingserve.sim.workloads import TRACE_FILES, ArrivalConfig, Tier, TierMix, WorkloadConfig
+from slidingserve.workloads import TRACE_FILES, ArrivalConfig, Tier, TierMix, WorkloadConfig
 
 JITTER = 0.015  # seconds
 TIMINGS = Behaviour(first_delay=0.1, gap=0.02)

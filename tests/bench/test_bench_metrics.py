@@ -22,7 +22,7 @@ from slidingserve.bench import (
 )
 from slidingserve.core import SLO, Request
 from slidingserve.sim.metrics import TbtReading, compute_metrics
-from slidingserve.sim.workloads import WorkloadConfig
+from slidingserve.workloads import WorkloadConfig
 
 
 def make_record(

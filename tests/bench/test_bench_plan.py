@@ -8,7 +8,7 @@ import pytest
 from slidingserve.bench import plan_requests, request_body, scale_lengths
 from slidingserve.bench.requests import REFERENCE_CONTEXT, slo_xargs
 from slidingserve.core import SLO
-from slidingserve.sim.workloads import (
+from slidingserve.workloads import (
     ArrivalConfig,
     WorkloadConfig,
     generate_requests,

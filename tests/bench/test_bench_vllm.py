@@ -17,7 +17,7 @@ from slidingserve.bench import BenchConfig, Outcome, run_bench  # noqa: E402
 from slidingserve.engines.vllm.server import server_command, server_environment  # noqa: E402
 from slidingserve.engines.vllm.tiny_model import make_tiny_llama  # noqa: E402
 from slidingserve.live.servers import serving  # noqa: E402
-from slidingserve.sim.workloads import WorkloadConfig, get_tier_mix  # noqa: E402
+from slidingserve.workloads import WorkloadConfig, get_tier_mix  # noqa: E402
 
 CONTEXT = 512
 ENGINE_ARGS = [

@@ -7,7 +7,7 @@ from pathlib import Path
 from slidingserve.core.batch import BatchShape
 from slidingserve.core.view import EngineLimits
 from slidingserve.engines.vllm.periods import PeriodRecorder
-from slidingserve.sim.hardware.profiled import load_engine_steps
+from slidingserve.predictor.steps import load_engine_steps
 
 ONE_DECODE = BatchShape((10,), ())
 PREFILL = BatchShape((), ((64, 0),))

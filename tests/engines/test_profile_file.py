@@ -10,7 +10,7 @@ import pytest
 from slidingserve.core.batch import TimedBatch
 from slidingserve.engines.vllm.profiling import save_profile
 from slidingserve.predictor import load_predictor, random_batch_shapes
-from slidingserve.sim.hardware.profiled import EngineSteps
+from slidingserve.predictor.steps import EngineSteps
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -10,7 +10,7 @@ from slidingserve.core import EngineLimits
 from slidingserve.eval.capacity import capacity_bound
 from slidingserve.sim.hardware import HardwareConfig
 from slidingserve.sim.runner import SimulationSpec, simulate
-from slidingserve.sim.workloads import WorkloadConfig
+from slidingserve.workloads import WorkloadConfig
 
 
 @pytest.mark.parametrize("policy", ["vllm", "sarathi"])

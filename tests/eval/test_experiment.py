@@ -74,7 +74,7 @@ def test_labelled_configurations_of_one_policy_are_compared_side_by_side() -> No
 
 
 def test_tier_criteria_give_a_row_each_and_the_worst_tier_is_the_strictest() -> None:
-    from slidingserve.sim.workloads import get_tier_mix
+    from slidingserve.workloads import get_tier_mix
 
     experiment = GoodputExperiment(
         policies=("sarathi-edf",),

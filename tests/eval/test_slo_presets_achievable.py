@@ -9,7 +9,7 @@ from slidingserve.eval.capacity import capacity_bound
 from slidingserve.policies import POLICIES
 from slidingserve.sim.hardware import HardwareConfig
 from slidingserve.sim.runner import SimulationSpec, simulate
-from slidingserve.sim.workloads import WORKLOADS, WorkloadConfig
+from slidingserve.workloads import WORKLOADS, WorkloadConfig
 
 
 @pytest.mark.parametrize("workload", sorted(WORKLOADS))

@@ -11,7 +11,6 @@ from factories import linear_engine_steps
 
 from slidingserve.cli import main
 from slidingserve.eval.goodput import GoodputEstimate, Probe
-from slidingserve.eval.report import write_json
 from slidingserve.live.agreement import (
     MeasuredComparison,
     agreement_table,
@@ -19,7 +18,8 @@ from slidingserve.live.agreement import (
     ranks,
 )
 from slidingserve.live.compare import LiveComparison, LiveRow, LiveSettings
-from slidingserve.sim.hardware.profiled import save_engine_steps
+from slidingserve.predictor.steps import save_engine_steps
+from slidingserve.reporting import write_json
 
 
 def measured_comparison() -> LiveComparison:

@@ -21,8 +21,8 @@ from slidingserve.live.simulated import (
     simulated_policy,
 )
 from slidingserve.predictor import batch_features
-from slidingserve.sim.hardware.profiled import save_engine_steps
-from slidingserve.sim.profiling import DEFAULT_SAMPLES
+from slidingserve.predictor.calibration import DEFAULT_SAMPLES
+from slidingserve.predictor.steps import save_engine_steps
 
 SETTINGS = LiveSettings("unused", requests=40, repeats=2, seed=1)
 

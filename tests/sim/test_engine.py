@@ -175,7 +175,7 @@ def test_simulator_invariants(
 
 def test_fast_forward_is_exact_on_the_noisy_ground_truth() -> None:
     from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig
-    from slidingserve.sim.workloads import WorkloadConfig, generate_requests
+    from slidingserve.workloads import WorkloadConfig, generate_requests
 
     def run(fast_forward: bool) -> list[Request]:
         requests = generate_requests(WorkloadConfig("sharegpt", 60), 1.5, 3, 8192)

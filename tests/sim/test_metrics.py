@@ -11,7 +11,7 @@ import pytest
 from factories import make_request
 
 from slidingserve.core import Request
-from slidingserve.eval.report import write_json
+from slidingserve.reporting import write_json
 from slidingserve.sim.metrics import TbtReading, compute_metrics
 
 

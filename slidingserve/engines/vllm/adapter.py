@@ -54,7 +54,7 @@ from slidingserve.engines.vllm.slo_args import SLOArgumentError, SLODefaults, pa
 from slidingserve.policies import Policy, PolicyContext, get_policy_class
 from slidingserve.policies.base import IterationRecord
 from slidingserve.predictor import OnlineConfig, OnlineLearner, Sample
-from slidingserve.sim.hardware.profiled import MIN_STEPS
+from slidingserve.predictor.steps import MIN_STEPS
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from slidingserve.core.batch import BatchShape, TimedBatch
-from slidingserve.sim.hardware.profiled import EngineSteps, save_engine_steps
+from slidingserve.predictor.steps import EngineSteps, save_engine_steps
 
 if TYPE_CHECKING:
     from pathlib import Path

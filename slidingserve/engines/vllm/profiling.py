@@ -22,8 +22,8 @@ from slidingserve.engines.vllm.runtime import (
     require_vllm,
 )
 from slidingserve.predictor import PredictorMetadata, save_predictor
-from slidingserve.sim.hardware.profiled import EngineSteps
-from slidingserve.sim.profiling import fit_batches
+from slidingserve.predictor.calibration import fit_batches
+from slidingserve.predictor.steps import EngineSteps
 
 if TYPE_CHECKING:
     from slidingserve.core.batch import TimedBatch

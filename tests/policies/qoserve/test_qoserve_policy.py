@@ -187,7 +187,7 @@ class TestThroughputEstimate:
 
 def test_a_light_sharegpt_load_meets_its_slos() -> None:
     from slidingserve.sim.runner import SimulationSpec, simulate
-    from slidingserve.sim.workloads import WorkloadConfig
+    from slidingserve.workloads import WorkloadConfig
 
     result = simulate(SimulationSpec("qoserve", WorkloadConfig("sharegpt", 100)), 1.0, 0)
     assert result.metrics.num_requests == 100

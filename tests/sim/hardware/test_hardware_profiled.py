@@ -14,13 +14,9 @@ from factories import linear_engine_steps, linear_step_time
 
 from slidingserve.core.batch import BatchShape, TimedBatch
 from slidingserve.core.view import EngineLimits
+from slidingserve.predictor.steps import load_engine_steps, save_engine_steps
 from slidingserve.sim.hardware.noise import NoiseStream
-from slidingserve.sim.hardware.profiled import (
-    ProfiledLatency,
-    calibrate_profiled,
-    load_engine_steps,
-    save_engine_steps,
-)
+from slidingserve.sim.hardware.profiled import ProfiledLatency, calibrate_profiled
 
 make_steps = linear_engine_steps
 
@@ -126,7 +122,7 @@ def test_a_file_with_a_bad_step_names_it(tmp_path: Path) -> None:
     data = json.loads(path.read_text())
     data["steps"][4]["seconds"] = -1.0
     path.write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="step 4"):
+    with pytest.raises(ValueError, match=r"steps\[4\]\.seconds: expected a positive time"):
         load_engine_steps(path)
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slidingserve.sim.workloads import TRACE_FILES, LengthTable, TraceFormatError, read_trace
+from slidingserve.workloads import TRACE_FILES, LengthTable, TraceFormatError, read_trace
 
-TRACE_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "traces"
+TRACE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
 needs_traces = pytest.mark.skipif(not TRACE_DIR.is_dir(), reason="shared trace data absent")
 
 HEADER = "num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n"

@@ -19,21 +19,21 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from slidingserve.core.request import SLO, Request
-from slidingserve.sim.workloads.arrivals import ArrivalConfig, arrival_times
-from slidingserve.sim.workloads.lengths import (
+from slidingserve.workloads.arrivals import ArrivalConfig, arrival_times
+from slidingserve.workloads.lengths import (
     TRACE_FILES,
     LengthDistribution,
     embedded_distribution,
     trace_distribution,
 )
-from slidingserve.sim.workloads.slo import (
+from slidingserve.workloads.slo import (
     CONVERSATIONAL,
     SUMMARIZATION,
     WORKLOAD_CLASSES,
     check_slo_choice,
     slo_for,
 )
-from slidingserve.sim.workloads.tiers import TierMix
+from slidingserve.workloads.tiers import TierMix
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

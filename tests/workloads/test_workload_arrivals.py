@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slidingserve.sim.workloads import (
+from slidingserve.workloads import (
     ArrivalConfig,
     OverloadWindow,
     arrival_times,

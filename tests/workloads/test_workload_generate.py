@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from slidingserve.core.request import SLO, Request
-from slidingserve.sim.workloads import (
+from slidingserve.workloads import (
     TRACE_FILES,
     WORKLOADS,
     ArrivalConfig,
@@ -21,7 +21,7 @@ from slidingserve.sim.workloads import (
     trim_to_context,
 )
 
-TRACE_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "traces"
+TRACE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
 BIG_CONTEXT = 1_000_000  # tokens: no trimming
 
 

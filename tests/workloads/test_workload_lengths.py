@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from slidingserve.sim.workloads import (
+from slidingserve.workloads import (
     TRACE_FILES,
     LengthTable,
     TraceLengths,
@@ -19,7 +19,7 @@ from slidingserve.sim.workloads import (
     trace_distribution,
 )
 
-TRACE_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "traces"
+TRACE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
 
 # Trace figures from the data README: mean, p50, p90, p99 (tokens).
 README_STATS = {

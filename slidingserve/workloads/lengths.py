@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 import numpy as np
 from scipy.special import ndtr
 
-from slidingserve.sim.workloads.traces import LengthTable, read_trace
+from slidingserve.workloads.traces import LengthTable, read_trace
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -133,7 +133,7 @@ def trace_distribution(path: str | Path) -> TraceLengths:
 def load_quantile_tables(path: Path | None = None) -> dict[str, QuantileTable]:
     """Tables by trace name from `path`, by default the embedded package data file."""
     if path is None:
-        package = resources.files("slidingserve.sim.workloads")
+        package = resources.files("slidingserve.workloads")
         text = package.joinpath("data", EMBEDDED_TABLES_FILE).read_text(encoding="utf-8")
     else:
         text = path.read_text(encoding="utf-8")

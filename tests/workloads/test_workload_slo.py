@@ -7,7 +7,7 @@ import math
 import pytest
 
 from slidingserve.core.request import SLO
-from slidingserve.sim.workloads import CONVERSATIONAL, SLO_PRESETS, SUMMARIZATION, slo_for
+from slidingserve.workloads import CONVERSATIONAL, SLO_PRESETS, SUMMARIZATION, slo_for
 
 
 @pytest.mark.parametrize(

@@ -8,14 +8,14 @@ Typical use::
 
 from __future__ import annotations
 
-from slidingserve.sim.workloads.arrivals import (
+from slidingserve.workloads.arrivals import (
     ArrivalConfig,
     OverloadWindow,
     arrival_times,
     scale_arrivals,
     unit_arrivals,
 )
-from slidingserve.sim.workloads.lengths import (
+from slidingserve.workloads.lengths import (
     TRACE_FILES,
     EmbeddedLengths,
     LengthDistribution,
@@ -25,16 +25,16 @@ from slidingserve.sim.workloads.lengths import (
     load_quantile_tables,
     trace_distribution,
 )
-from slidingserve.sim.workloads.slo import (
+from slidingserve.workloads.slo import (
     CONVERSATIONAL,
     SLO_PRESETS,
     SUMMARIZATION,
     WORKLOAD_CLASSES,
     slo_for,
 )
-from slidingserve.sim.workloads.tiers import TIER_PRESETS, Tier, TierMix, get_tier_mix
-from slidingserve.sim.workloads.traces import LengthTable, TraceFormatError, read_trace
-from slidingserve.sim.workloads.workload import (
+from slidingserve.workloads.tiers import TIER_PRESETS, Tier, TierMix, get_tier_mix
+from slidingserve.workloads.traces import LengthTable, TraceFormatError, read_trace
+from slidingserve.workloads.workload import (
     WORKLOADS,
     WorkloadConfig,
     WorkloadSample,

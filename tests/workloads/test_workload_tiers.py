@@ -8,7 +8,7 @@ import pytest
 from slidingserve.core import SLO
 from slidingserve.sim.metrics import metrics_by_tier
 from slidingserve.sim.runner import SimulationSpec, simulate, violation_for
-from slidingserve.sim.workloads import (
+from slidingserve.workloads import (
     Tier,
     TierMix,
     WorkloadConfig,

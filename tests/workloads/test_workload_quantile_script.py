@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from slidingserve.sim.workloads import TRACE_FILES, load_quantile_tables
+from slidingserve.workloads import TRACE_FILES, load_quantile_tables
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TRACE_DIR = REPO_ROOT.parent / "shared" / "data" / "traces"
-EMBEDDED = REPO_ROOT / "slidingserve" / "sim" / "workloads" / "data" / "trace_quantiles.json"
+EMBEDDED = REPO_ROOT / "slidingserve" / "workloads" / "data" / "trace_quantiles.json"
 
 
 def load_script() -> ModuleType:
