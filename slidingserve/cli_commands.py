@@ -10,6 +10,7 @@ from tqdm import tqdm
 
 from slidingserve import config as cfg
 from slidingserve.cli_flags import workload_flags
+from slidingserve.core.checks import is_integer
 from slidingserve.eval.experiment import GoodputExperiment, run_experiment, task_count
 from slidingserve.eval.report import (
     at_goodput_table,
@@ -126,7 +127,7 @@ def experiment_from(args: argparse.Namespace, settings: cfg.Settings) -> Goodput
 
 
 def _count(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_integer(value) or value < 1:
         raise ValueError(f"{name} must be a positive count or a list, got {value!r}")
     return value
 

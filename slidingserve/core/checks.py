@@ -6,17 +6,17 @@ A bool is an int to Python but never a count or a time here, so every check refu
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
 
-def is_integer(value: Any) -> bool:
+def is_integer(value: Any) -> TypeGuard[int]:
     """Whether `value` is an integer (a Python or numpy int), not a bool."""
     return not isinstance(value, bool) and isinstance(value, int | np.integer)
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[float]:
     """Whether `value` is a real number (int or float, numpy's too), not a bool."""
     return not isinstance(value, bool) and isinstance(value, int | float | np.integer | np.floating)
 
@@ -40,4 +40,13 @@ def require_number(
     if minimum is not None and (value < minimum or (strict and value == minimum)):
         bound = "above" if strict else "at least"
         raise ValueError(f"{name} must be {bound} {minimum}, got {value}")
+    return float(value)
+
+
+def require_positive(name: str, value: Any) -> float:
+    """`value` as a float; ValueError unless it is a positive, finite number."""
+    if not is_number(value):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be positive and finite, got {value!r}")
     return float(value)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from slidingserve.core.batch import BatchShape, TimedBatch
+from slidingserve.core.checks import is_integer, is_number
 from slidingserve.predictor.features import Features, Scenario
 from slidingserve.predictor.model import BatchLatencyPredictor, LinearModel, ModelChoice
 from slidingserve.predictor.report import AccuracyReport, ErrorStats
@@ -303,7 +304,7 @@ def _list(data: object, where: str = "") -> list[object]:
 
 
 def _number(value: object, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if not is_number(value) or not math.isfinite(value):
         raise ValueError(f"{where}: expected a finite number, got {value!r}")
     return float(value)
 
@@ -313,9 +314,9 @@ def _optional_number(value: object, where: str) -> float:
 
 
 def _integer(value: object, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not is_integer(value) or value < 0:
         raise ValueError(f"{where}: expected a non-negative integer, got {value!r}")
-    return value
+    return int(value)
 
 
 def _string(value: object, where: str) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slidingserve.core.checks import require_int
 from slidingserve.core.view import EngineLimits
 from slidingserve.predictor.io import batch_from_dict, batch_to_dict
 
@@ -39,9 +40,7 @@ class EngineSteps:
 
     def __post_init__(self) -> None:
         for name in _FACTS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            require_int(name, getattr(self, name))
         if len(self.batches) < MIN_STEPS:
             raise ValueError(f"need at least {MIN_STEPS} timed steps, got {len(self.batches)}")
         for i, batch in enumerate(self.batches):

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from slidingserve.core.checks import require_int
+
 if TYPE_CHECKING:
     import numpy.typing as npt
 
@@ -90,8 +92,7 @@ def unit_arrivals(
     n: int, config: ArrivalConfig, rng: np.random.Generator
 ) -> npt.NDArray[np.float64]:
     """Event times of the unit-rate process, in expected arrivals: 0, g_1, g_1 + g_2, ..."""
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-        raise ValueError(f"number of requests must be an integer ≥ 1, got {n!r}")
+    require_int("number of requests", n)
     gaps = _unit_gaps(n - 1, config, rng)
     return np.concatenate(([0.0], np.cumsum(gaps)))
 

@@ -7,8 +7,7 @@ and gives 100 ms TBT. `scale` multiplies both targets of every class.
 
 from __future__ import annotations
 
-import math
-
+from slidingserve.core.checks import require_positive
 from slidingserve.core.request import SLO
 
 CONVERSATIONAL = "conversational"
@@ -43,7 +42,4 @@ def check_slo_choice(preset: str, scale: float) -> None:
     """ValueError unless `preset` is known and `scale` is positive and finite."""
     if preset not in SLO_PRESETS:
         raise ValueError(f"unknown SLO preset {preset!r}; known: {', '.join(sorted(SLO_PRESETS))}")
-    if isinstance(scale, bool) or not isinstance(scale, int | float):
-        raise ValueError(f"SLO scale must be a number, got {scale!r}")
-    if not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"SLO scale must be positive and finite, got {scale!r}")
+    require_positive("SLO scale", scale)

@@ -8,12 +8,12 @@ the weights, from a random stream of its own so that lengths and arrivals stay t
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
+from slidingserve.core.checks import require_positive
 from slidingserve.core.request import SLO
 
 Assignment = Literal["random", "fixed"]
@@ -35,11 +35,7 @@ class Tier:
         if not self.name:
             raise ValueError("a tier needs a name")
         for field_name in ("weight", "ttft_factor", "tbt_factor"):
-            value = getattr(self, field_name)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"tier {self.name}: {field_name} must be a number, got {value!r}")
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"tier {self.name}: {field_name} must be positive, got {value}")
+            require_positive(f"tier {self.name}: {field_name}", getattr(self, field_name))
         if not isinstance(self.protected, bool):
             raise ValueError(f"tier {self.name}: protected must be true or false")
         SLO(self.ttft or 1.0, self.tbt or 1.0)  # validates explicit targets

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from slidingserve.core.checks import require_int
 from slidingserve.core.request import SLO, Request
 from slidingserve.workloads.arrivals import ArrivalConfig, arrival_times
 from slidingserve.workloads.lengths import (
@@ -118,10 +119,7 @@ class WorkloadConfig:
 
     def __post_init__(self) -> None:
         spec = get_workload(self.name)
-        if isinstance(self.num_requests, bool) or not isinstance(self.num_requests, int):
-            raise ValueError(f"num_requests must be an integer, got {self.num_requests!r}")
-        if self.num_requests < 1:
-            raise ValueError(f"num_requests must be at least 1, got {self.num_requests}")
+        require_int("num_requests", self.num_requests)
         check_slo_choice(self.slo_preset, self.slo_scale)
         used = {source.source for source in spec.sources}
         for source, _ in self.trace_files:
@@ -172,8 +170,7 @@ class _Streams(NamedTuple):
 
 
 def _streams(seed: int, num_sources: int) -> _Streams:
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a nonnegative integer, got {seed!r}")
+    require_int("seed", seed, minimum=0)
     mixing, lengths, arrivals = np.random.SeedSequence(seed).spawn(3)
     return _Streams(
         np.random.default_rng(mixing),
@@ -200,10 +197,7 @@ def trim_to_context(
 
     A request keeps at least one output token, and prompt + output never exceeds L.
     """
-    if isinstance(max_model_len, bool) or not isinstance(max_model_len, int | np.integer):
-        raise ValueError(f"max_model_len must be an integer, got {max_model_len!r}")
-    if max_model_len < 2:
-        raise ValueError(f"max_model_len must be at least 2 tokens, got {max_model_len}")
+    require_int("max_model_len", max_model_len, minimum=2)
     trimmed_prompt = np.minimum(prompt, max_model_len - 1)
     return trimmed_prompt, np.minimum(output, max_model_len - trimmed_prompt)
 

@@ -137,7 +137,7 @@ class TestValidation:
 
     @pytest.mark.parametrize("n", [0, -3, 2.5, True])
     def test_bad_count(self, n: int) -> None:
-        with pytest.raises(ValueError, match="integer ≥ 1"):
+        with pytest.raises(ValueError, match="number of requests must be"):
             arrivals(n, 1.0)
 
     @pytest.mark.parametrize("burstiness", [0.0, -1.0, math.inf, math.nan])

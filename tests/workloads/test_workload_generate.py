@@ -106,7 +106,7 @@ class TestDeterminismAndCRN:
         )
 
     def test_negative_seed_is_refused(self) -> None:
-        with pytest.raises(ValueError, match="seed must be a nonnegative integer"):
+        with pytest.raises(ValueError, match="seed must be at least 0"):
             generate_requests(make_config(n=5), 1.0, -1, 8192)
 
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slidingserve.core.checks import require_int
+from slidingserve.core.checks import require_int, require_number
 
 TOKEN_GRID: tuple[int, ...] = (128, *range(256, 2048 + 1, 256), 2552)
 """Batch totals QoServe chooses from: 128, 256, 512, 768, …, 2048 (steps of 256), 2552."""
@@ -53,10 +52,10 @@ class QoServeConfig:
             "default_decode_count",
         ):
             require_int(name, getattr(self, name))
-        _check_number("priority_weight", self.priority_weight, minimum=0.0)
-        _check_number("safety_factor", self.safety_factor, minimum=0.0, strict=True)
-        _check_number("initial_throughput", self.initial_throughput, minimum=0.0, strict=True)
-        _check_number("throughput_decay", self.throughput_decay, minimum=0.0)
+        require_number("priority_weight", self.priority_weight, minimum=0.0)
+        require_number("safety_factor", self.safety_factor, minimum=0.0, strict=True)
+        require_number("initial_throughput", self.initial_throughput, minimum=0.0, strict=True)
+        require_number("throughput_decay", self.throughput_decay, minimum=0.0)
         if self.throughput_decay >= 1:
             raise ValueError(f"throughput_decay must be below 1, got {self.throughput_decay}")
         for name in ("eager_relegation", "reanchor_late_decodes"):
@@ -76,11 +75,3 @@ def _grid(name: str, values: Sequence[int]) -> tuple[int, ...]:
     if any(a >= b for a, b in itertools.pairwise(grid)):
         raise ValueError(f"{name} must be strictly increasing, got {list(grid)}")
     return grid
-
-
-def _check_number(name: str, value: float, minimum: float, strict: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    if value < minimum or (strict and value == minimum):
-        bound = "above" if strict else "at least"
-        raise ValueError(f"{name} must be {bound} {minimum}, got {value}")

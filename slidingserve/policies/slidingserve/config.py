@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
-from slidingserve.core.checks import require_int
+from slidingserve.core.checks import require_int, require_positive
 
 Sorter = Literal["mlps", "edf"]
 Chunker = Literal["paper", "window", "fixed"]
@@ -59,7 +58,4 @@ class SlidingServeConfig:
 
 
 def _check_positive(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be positive and finite, got {value!r}")
+    require_positive(name, value)

@@ -83,8 +83,8 @@ def test_steps_survive_a_round_trip(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"kv_blocks": 0}, "kv_blocks must be a positive integer"),
-        ({"max_model_len": 1.5}, "max_model_len must be a positive integer"),
+        ({"kv_blocks": 0}, "kv_blocks must be at least 1"),
+        ({"max_model_len": 1.5}, "max_model_len must be an integer"),
         ({"batches": ()}, "at least 50 timed steps"),
     ],
 )
