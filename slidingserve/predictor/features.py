@@ -151,19 +151,9 @@ class PrefillQueueProfile:
         return self._num_decodes
 
     @property
-    def num_candidates(self) -> int:
-        """Prefill requests in the (possibly capped) queue."""
-        return len(self._cached)
-
-    @property
     def capacity(self) -> int:
         """Σ r_j: the most prefill tokens the queue can take, tokens."""
         return self._cum_remaining[-1]
-
-    def num_requests_at(self, b: int) -> int:
-        """Prefill requests that get tokens when the first `b` prefill tokens are taken."""
-        self._check(b)
-        return bisect_left(self._cum_remaining, b)
 
     def features_at(self, b: int) -> BatchFeatures:
         """Features of the decodes plus the first `b` prefill tokens, 0 ≤ b ≤ capacity.

@@ -154,12 +154,6 @@ class WorkloadSample:
     def __len__(self) -> int:
         return len(self.arrivals)
 
-    @property
-    def workload_classes(self) -> list[str]:
-        """SLO class of each request."""
-        classes = [source.workload_class for source in self.spec.sources]
-        return [classes[k] for k in self.source_index.tolist()]
-
 
 class _Streams(NamedTuple):
     """Independent random streams of one seed (module docstring)."""

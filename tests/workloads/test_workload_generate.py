@@ -60,7 +60,8 @@ class TestNamedWorkloads:
 
     def test_sources_and_classes_of_the_sample(self) -> None:
         sample = sample_workload(make_config("mixed-v1", 500), 1.0, 0, BIG_CONTEXT)
-        classes = sample.workload_classes
+        names = [source.workload_class for source in sample.spec.sources]
+        classes = [names[k] for k in sample.source_index.tolist()]
         assert set(classes) == {"conversational", "summarization"}
         assert [c == "conversational" for c in classes] == (sample.source_index == 0).tolist()
 

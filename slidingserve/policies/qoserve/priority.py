@@ -24,13 +24,6 @@ def priority_key(
     return (request.request_id in relegated, urgency, request.arrival)
 
 
-def prefill_order(
-    candidates: Iterable[Request], relegated: Collection[str], weight: float
-) -> list[Request]:
-    """Waiting and prefilling requests in QoServe's priority order (its heap, sorted)."""
-    return sorted(candidates, key=lambda r: priority_key(r, relegated, weight))
-
-
 def cannot_meet_ttft(request: Request, now: float, throughput: float) -> bool:
     """Whether even the whole prefill throughput (tokens/s) would finish `request`'s prefill
     after the deadline of its next token: now + remaining / ρ > deadline (never done at ρ = 0)."""
