@@ -56,9 +56,7 @@ def random_view(size: int, limits: EngineLimits, rng: np.random.Generator) -> Sc
                 request.num_computed = int(rng.integers(1, prompt)) if prompt > 1 else 0
         _allocate(kv, request)
         (running if request.phase is not Phase.WAITING else waiting).append(request)
-    decoding = [r for r in running if r.phase is Phase.DECODING]
-    prefilling = [r for r in running if r.phase is Phase.PREFILLING]
-    return SchedulerView(now, waiting, running, prefilling, decoding, limits, kv)
+    return SchedulerView.from_queues(now, waiting, running, limits, kv)
 
 
 def _request(i: int, arrival: float, prompt: int, output: int, ttft: float) -> Request:

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from slidingserve import config as cfg
+from slidingserve.core.slo_args import DEFAULT_SLO
+from slidingserve.engines.vllm.runtime import CPU_ENGINE_LIMITS
 
 
 def add_engine_commands(commands: Any) -> None:
@@ -22,8 +24,8 @@ def add_engine_commands(commands: Any) -> None:
     serve.add_argument("--policy", default="slidingserve")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--ttft-ms", type=float, default=2000.0, help="default TTFT SLO")
-    serve.add_argument("--tbt-ms", type=float, default=50.0, help="default TBT SLO")
+    add_defaulted(serve, "--ttft-ms", DEFAULT_SLO.ttft_ms, "TTFT SLO of requests without one, ms")
+    add_defaulted(serve, "--tbt-ms", DEFAULT_SLO.tbt_ms, "TBT SLO of requests without one, ms")
     serve.add_argument("--predictor", help="predictor JSON from `slidingserve profile`")
     serve.add_argument("--no-online-learning", action="store_true")
     serve.add_argument("--set", action="append", metavar="POLICY.OPTION=VALUE")
@@ -37,8 +39,11 @@ def add_engine_commands(commands: Any) -> None:
     profile.add_argument("--out", type=Path, default=Path("predictor.json"))
     profile.add_argument("--seed", type=int, default=0)
     profile.add_argument("--repeats", type=int, default=3, help="rounds of profiling traffic")
-    profile.add_argument("--max-num-batched-tokens", type=int, default=256)
-    profile.add_argument("--max-num-seqs", type=int, default=64)
+    limits = CPU_ENGINE_LIMITS
+    add_defaulted(
+        profile, "--max-num-batched-tokens", limits.max_num_batched_tokens, "tokens per step"
+    )
+    add_defaulted(profile, "--max-num-seqs", limits.max_num_seqs, "requests per step")
     profile.add_argument(
         "--live",
         action="store_true",
@@ -109,6 +114,13 @@ def add_engine_commands(commands: Any) -> None:
     tiny.set_defaults(handler=run_tiny_model)
 
 
+def add_defaulted(parser: Any, flag: str, default: float, what: str) -> None:
+    """`flag`, of `default`'s type, with a help text that states the default."""
+    parser.add_argument(
+        flag, type=type(default), default=default, help=f"{what} (default {default})"
+    )
+
+
 def run_serve(args: argparse.Namespace) -> int:
     from slidingserve.engines.vllm.server import run_server
 
@@ -158,7 +170,7 @@ def run_profile(args: argparse.Namespace) -> int:
             repeats=args.repeats,
             max_num_batched_tokens=args.max_num_batched_tokens,
             max_num_seqs=args.max_num_seqs,
-        ).steps
+        )
         hardware = "vllm-cpu"
         if args.steps_out is not None:
             save_engine_steps(args.steps_out, steps)

@@ -21,9 +21,9 @@ from typing import Any
 
 from slidingserve.core.view import EngineLimits
 from slidingserve.eval.goodput import SearchSettings
+from slidingserve.metrics import TbtReading
 from slidingserve.policies import get_policy_class
 from slidingserve.sim.hardware import HardwareConfig
-from slidingserve.sim.metrics import TbtReading
 from slidingserve.workloads import (
     ArrivalConfig,
     OverloadWindow,

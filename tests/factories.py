@@ -18,6 +18,7 @@ from slidingserve.core import (
     TimedBatch,
     blocks_for_tokens,
 )
+from slidingserve.metrics import Outcome, Timeline
 from slidingserve.policies import Policy
 from slidingserve.predictor import Features, Scenario
 from slidingserve.predictor.steps import EngineSteps
@@ -48,6 +49,45 @@ def make_request(
         phase=phase,
         num_computed=computed,
         num_generated=generated,
+    )
+
+
+def finished_request(
+    request_id: str,
+    arrival: float,
+    times: Sequence[float],
+    *,
+    ttft: float = 1.0,
+    tbt: float = 0.1,
+    tier: str | None = None,
+) -> Request:
+    """A simulated request that emitted its tokens at `times`."""
+    request = Request(request_id, arrival, 10, len(times), SLO(ttft, tbt, tier=tier))
+    request.token_times = list(times)
+    return request
+
+
+def make_timeline(
+    times: Sequence[float],
+    *,
+    arrival: float = 0.0,
+    sent: float | None = None,
+    ttft: float = 1.0,
+    tbt: float = 0.1,
+    tier: str | None = None,
+    outcome: Outcome = Outcome.COMPLETED,
+    tokens: Sequence[int] | None = None,
+    usage: int | None = None,
+) -> Timeline:
+    """Chunks of output at `times`, one token each unless `tokens` says."""
+    return Timeline(
+        arrival=arrival,
+        slo=SLO(ttft, tbt, tier=tier),
+        chunk_times=tuple(times),
+        chunk_tokens=tuple(tokens) if tokens is not None else (1,) * len(times),
+        outcome=outcome,
+        output_tokens=usage,
+        sent=sent,
     )
 
 
@@ -88,9 +128,7 @@ def make_view(
         saved, request.num_computed = request.num_computed, 0
         kv.grow(request, saved)
         request.num_computed = saved
-    decoding = [r for r in running if r.phase is Phase.DECODING]
-    prefilling = [r for r in running if r.phase is Phase.PREFILLING]
-    view = SchedulerView(now, list(waiting), list(running), prefilling, decoding, limits, kv)
+    view = SchedulerView.from_queues(now, list(waiting), list(running), limits, kv)
     return view, kv
 
 

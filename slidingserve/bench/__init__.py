@@ -6,7 +6,7 @@ reports vLLM's benchmark latencies with the project's SLO violations and goodput
 
     result = run_bench(BenchConfig("http://127.0.0.1:8000", WorkloadConfig("sharegpt", 100),
                                    rate=2.0))
-    print(result.summary.violations.overall, result.errors)
+    print(result.summary.metrics.cumulative.overall, result.errors)
     write_bench_json(result, Path("bench.json"))
     plot_bench(result, Path("bench.png"))
 """
@@ -14,21 +14,12 @@ reports vLLM's benchmark latencies with the project's SLO violations and goodput
 from __future__ import annotations
 
 from slidingserve.bench.client import ERROR_KINDS, StreamError
-from slidingserve.bench.metrics import (
-    BenchSummary,
-    LatencyStats,
-    TierViolations,
-    Verdict,
-    ViolationRates,
-    summarize,
-    verdict,
-)
-from slidingserve.bench.records import Outcome, RequestRecord
+from slidingserve.bench.records import RequestRecord
 from slidingserve.bench.report import (
     bench_payload,
     format_summary,
+    per_second,
     plot_bench,
-    timeline,
     write_bench_json,
 )
 from slidingserve.bench.requests import PlannedRequest, plan_requests, request_body, scale_lengths
@@ -40,6 +31,7 @@ from slidingserve.bench.runner import (
     discover,
     run_bench,
 )
+from slidingserve.bench.summary import BenchSummary, summarize
 
 __all__ = [
     "ERROR_KINDS",
@@ -47,25 +39,19 @@ __all__ = [
     "BenchResult",
     "BenchSetupError",
     "BenchSummary",
-    "LatencyStats",
-    "Outcome",
     "PlannedRequest",
     "RequestRecord",
     "StreamError",
-    "TierViolations",
-    "Verdict",
-    "ViolationRates",
     "bench",
     "bench_payload",
     "discover",
     "format_summary",
+    "per_second",
     "plan_requests",
     "plot_bench",
     "request_body",
     "run_bench",
     "scale_lengths",
     "summarize",
-    "timeline",
-    "verdict",
     "write_bench_json",
 ]

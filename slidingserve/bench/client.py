@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from slidingserve.metrics import received_tokens
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
@@ -55,8 +57,8 @@ class StreamProgress:
 
     @property
     def tokens(self) -> int:
-        """Tokens received: the usage count when the server sent one, else the chunks'."""
-        return self.usage_tokens if self.usage_tokens is not None else sum(self.chunk_tokens)
+        """Tokens received so far (`received_tokens`)."""
+        return received_tokens(self.chunk_tokens, self.usage_tokens)
 
 
 async def stream_completion(

@@ -12,14 +12,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from slidingserve.bench.metrics import BenchSummary, LatencyStats, verdict
-from slidingserve.bench.records import Outcome
+from slidingserve.metrics import Outcome
 from slidingserve.reporting import format_table, write_json
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
     from slidingserve.bench.runner import BenchResult
+    from slidingserve.bench.summary import BenchSummary
+    from slidingserve.metrics import Percentiles
 
 MAX_SLO_LINES = 4  # distinct SLO targets drawn on a CDF
 
@@ -45,7 +46,7 @@ def write_bench_json(result: BenchResult, path: Path) -> Path:
     return Path(path)
 
 
-class Timeline(NamedTuple):
+class SecondBins(NamedTuple):
     """Per-second counts over the run; bin i covers [i, i + 1) s after the start."""
 
     tokens: npt.NDArray[np.int64]  # output tokens received
@@ -54,21 +55,22 @@ class Timeline(NamedTuple):
     failed: npt.NDArray[np.int64]  # requests that ended with an error
 
 
-def timeline(result: BenchResult) -> Timeline:
+def per_second(result: BenchResult) -> SecondBins:
     """Per-second counts of `result`, binned by arrival of the token or end of the request."""
-    bins = max(1, math.ceil(result.summary.duration_s))
-    tokens = [t for r in result.records for t in r.token_times]
-    ends = {o: [r.finished for r in result.records if r.outcome is o] for o in Outcome}
-    late = [r.finished for r in result.records if (v := verdict(r)) is not None and v.cumulative]
-    return Timeline(
-        _per_second(tokens, bins),
-        _per_second(ends[Outcome.COMPLETED], bins),
-        _per_second(late, bins),
-        _per_second(ends[Outcome.FAILED], bins),
+    bins = max(1, math.ceil(result.summary.metrics.duration))
+    ended = [(r.timeline, r.finished) for r in result.records]
+    tokens = np.concatenate([np.empty(0), *(t.token_times for t, _ in ended)])
+    ends = {o: [end for t, end in ended if t.outcome is o] for o in Outcome}
+    late = [end for t, end in ended if (v := t.verdict()) is not None and v.cumulative]
+    return SecondBins(
+        _bin(tokens, bins),
+        _bin(ends[Outcome.COMPLETED], bins),
+        _bin(late, bins),
+        _bin(ends[Outcome.FAILED], bins),
     )
 
 
-def _per_second(times: list[float], bins: int) -> npt.NDArray[np.int64]:
+def _bin(times: npt.ArrayLike, bins: int) -> npt.NDArray[np.int64]:
     index = np.clip(np.floor(np.asarray(times, dtype=np.float64)), 0, bins - 1).astype(np.int64)
     return np.bincount(index, minlength=bins).astype(np.int64)
 
@@ -77,15 +79,16 @@ def plot_bench(result: BenchResult, path: Path) -> Path:
     """A PNG summary: TTFT and ITL CDFs with the SLO targets, per-second throughput and
     violations. Returns `path`."""
     figure, axes = plt.subplots(2, 2, figsize=(12, 8))
-    done = [r for r in result.records if r.outcome is Outcome.COMPLETED]
-    ttft_slos = sorted({r.slo.ttft * 1000 for r in result.records})
-    tbt_slos = sorted({r.slo.tbt * 1000 for r in result.records})
-    ttfts = [r.ttft * 1000 for r in done if r.ttft is not None]
-    gaps = [gap * 1000 for r in done for gap in r.itl]
+    timelines = [record.timeline for record in result.records]
+    done = [t for t in timelines if t.outcome is Outcome.COMPLETED]
+    ttft_slos = sorted({t.slo.ttft * 1000 for t in timelines})
+    tbt_slos = sorted({t.slo.tbt * 1000 for t in timelines})
+    ttfts = [t.ttft * 1000 for t in done if t.ttft is not None]
+    gaps = [gap * 1000 for t in done for gap in t.itl.tolist()]
     _cdf(axes[0, 0], ttfts, ttft_slos, "TTFT (ms)")
     _cdf(axes[0, 1], gaps, tbt_slos, "inter-token latency (ms)")
-    _throughput(axes[1, 0], timeline(result))
-    _outcomes(axes[1, 1], timeline(result))
+    _throughput(axes[1, 0], per_second(result))
+    _outcomes(axes[1, 1], per_second(result))
     figure.suptitle(_title(result), fontsize="medium")
     figure.tight_layout()
     path = Path(path)
@@ -110,7 +113,7 @@ def _cdf(panel: Any, values_ms: list[float], slos_ms: list[float], label: str) -
     panel.legend(fontsize="small")
 
 
-def _throughput(panel: Any, line: Timeline) -> None:
+def _throughput(panel: Any, line: SecondBins) -> None:
     edges = np.arange(line.tokens.size + 1)
     panel.stairs(line.tokens, edges, label="output tokens")
     panel.set_xlabel("seconds after the start")
@@ -120,7 +123,7 @@ def _throughput(panel: Any, line: Timeline) -> None:
     panel.legend(fontsize="small")
 
 
-def _outcomes(panel: Any, line: Timeline) -> None:
+def _outcomes(panel: Any, line: SecondBins) -> None:
     edges = np.arange(line.completed.size + 1)
     panel.stairs(line.completed, edges, label="completed")
     panel.stairs(line.violating, edges, label="violating SLO", color="red")
@@ -133,27 +136,27 @@ def _outcomes(panel: Any, line: Timeline) -> None:
 
 
 def _title(result: BenchResult) -> str:
-    s, config = result.summary, result.config
+    s, m, config = result.summary, result.summary.metrics, result.config
     return (
         f"{result.model} · {config.workload.name} at {config.rate:g} req/s · "
-        f"{s.completed}/{s.requests_sent} completed · "
-        f"{_percent(s.violations.overall)} violating (cumulative) · "
-        f"goodput {s.goodput:.2f} req/s"
+        f"{m.completed}/{s.requests_sent} completed · "
+        f"{_percent(m.cumulative.overall)} violating (cumulative) · "
+        f"goodput {m.goodput:.2f} req/s"
     )
 
 
 def format_summary(result: BenchResult) -> str:
     """A few lines and two tables for the terminal."""
-    s = result.summary
+    s, m = result.summary, result.summary.metrics
     lines = [
         f"{result.model} (context {result.max_model_len} tokens), {result.config.workload.name} "
-        f"at {result.config.rate:g} req/s, {s.duration_s:.1f} s"
+        f"at {result.config.rate:g} req/s, {m.duration:.1f} s"
         + (" (interrupted)" if s.interrupted else ""),
-        f"requests: {s.requests_planned} planned, {s.requests_sent} sent, {s.completed} "
-        f"completed, {s.failed} failed, {s.cancelled} cancelled, {s.not_sent} not sent",
-        f"throughput: {s.request_throughput:.2f} req/s, {s.output_throughput:.1f} output tok/s; "
-        f"goodput: {s.goodput:.2f} req/s (per gap {s.goodput_per_gap:.2f}, "
-        f"vLLM's {s.goodput_vllm:.2f})",
+        f"requests: {s.requests_planned} planned, {s.requests_sent} sent, {m.completed} "
+        f"completed, {m.failed} failed, {m.cancelled} cancelled, {s.not_sent} not sent",
+        f"throughput: {m.request_throughput:.2f} req/s, {m.output_throughput:.1f} output tok/s; "
+        f"goodput: {m.goodput:.2f} req/s (per gap {m.goodput_per_gap:.2f}, "
+        f"vLLM's {m.goodput_vllm:.2f})",
     ]
     if result.errors:
         lines.append("errors: " + ", ".join(f"{k} {n}" for k, n in result.errors.items()))
@@ -162,22 +165,23 @@ def format_summary(result: BenchResult) -> str:
 
 
 def _latency_table(s: BenchSummary) -> str:
-    rows: list[tuple[str, LatencyStats]] = [
-        ("TTFT", s.ttft_ms),
-        ("TPOT", s.tpot_ms),
-        ("ITL", s.itl_ms),
-        ("e2e", s.e2e_ms),
+    m = s.metrics
+    rows: list[tuple[str, Percentiles]] = [
+        ("TTFT", m.ttft),
+        ("TPOT", m.tpot),
+        ("ITL", m.itl),
+        ("e2e", m.e2e),
     ]
     return format_table(
         ("latency (ms)", "mean", "p50", "p90", "p99"),
-        [(name, *(_number(v) for v in (x.mean, x.p50, x.p90, x.p99))) for name, x in rows],
+        [(name, *(_number(v) for v in x.in_ms().values())) for name, x in rows],
     )
 
 
 def _violation_table(result: BenchResult) -> str:
     s = result.summary
-    groups = [("all", s.violations, s.violations_per_gap)]
-    groups += [(f"tier {t.name}", t.cumulative, t.per_gap) for t in s.tiers]
+    groups = [("all", s.metrics.cumulative, s.metrics.per_gap)]
+    groups += [(f"tier {name}", t.cumulative, t.per_gap) for name, t in s.tiers.items()]
     rows = [
         (name, str(c.judged), *map(_percent, (c.overall, c.ttft, c.tbt, g.overall, g.tbt)))
         for name, c, g in groups

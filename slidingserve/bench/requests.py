@@ -16,11 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from slidingserve.core.request import SLO, Request
+from slidingserve.core.checks import require_int
+from slidingserve.core.request import Request
+from slidingserve.core.slo_args import to_slo_args
 from slidingserve.workloads import WorkloadConfig, generate_requests
 
 if TYPE_CHECKING:
     import numpy.typing as npt
+
+    from slidingserve.core.request import SLO
 
 REFERENCE_CONTEXT = 8192
 """Tokens of context the workload's lengths are drawn for (Llama-3-8B, the simulator's model)."""
@@ -46,17 +50,14 @@ class PlannedRequest:
     @property
     def ttft_deadline(self) -> float:
         """Seconds after the run start by which the first token is due."""
-        return self.send_at + self.slo.ttft
+        return self.slo.deadline(self.send_at, 0)
 
 
 def plan_requests(
     workload: WorkloadConfig, rate: float, seed: int, max_model_len: int, vocab_size: int
 ) -> list[PlannedRequest]:
     """The workload's requests at `rate` (requests/s), scaled to `max_model_len` tokens."""
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
-        raise ValueError(f"vocab_size must be an integer, got {vocab_size!r}")
-    if vocab_size <= FIRST_TOKEN_ID:
-        raise ValueError(f"vocab_size must be over {FIRST_TOKEN_ID}, got {vocab_size}")
+    vocab_size = require_int("vocab_size", vocab_size, minimum=FIRST_TOKEN_ID + 1)
     ids = _prompt_stream(seed)
     return [
         PlannedRequest(
@@ -96,10 +97,7 @@ def scale_lengths(
     keeps the workload's own lengths), round to the nearest token (≥ 1), then the prompt is
     cut to max_model_len − 2 and the output to max_model_len − 1 − prompt.
     """
-    if isinstance(max_model_len, bool) or not isinstance(max_model_len, int):
-        raise ValueError(f"max_model_len must be an integer, got {max_model_len!r}")
-    if max_model_len < 3:
-        raise ValueError(f"max_model_len must be at least 3 tokens, got {max_model_len}")
+    max_model_len = require_int("max_model_len", max_model_len, minimum=3)  # tokens
     factor = min(1.0, max_model_len / REFERENCE_CONTEXT)
     scaled_prompt = np.maximum(np.rint(prompt * factor), 1).astype(np.int64)
     scaled_output = np.maximum(np.rint(output * factor), 1).astype(np.int64)
@@ -118,11 +116,11 @@ def request_body(
 ) -> dict[str, Any]:
     """The JSON body of `planned` for an OpenAI-compatible `/v1/completions` endpoint.
 
-    `xargs` adds vLLM's own fields: the SLO as `vllm_xargs` (`ttft_ms`, `tbt_ms`, `protected`
-    0/1, `tier` when it has one) and `return_token_ids` (each chunk then says how many tokens
-    it carries: vLLM merges tokens into one chunk when the client lags). `priority` sets vLLM's
-    `priority` to the TTFT deadline in ms after the run start (smaller runs sooner under
-    `--scheduling-policy priority`).
+    `xargs` adds vLLM's own fields: the SLO as `vllm_xargs` (`to_slo_args`: `ttft_ms`,
+    `tbt_ms`, `protected` 0/1, `tier` when it has one) and `return_token_ids` (each chunk
+    then says how many tokens it carries: vLLM merges tokens into one chunk when the client
+    lags). `priority` sets vLLM's `priority` to the TTFT deadline in ms after the run start
+    (smaller runs sooner under `--scheduling-policy priority`).
     """
     body: dict[str, Any] = {
         "model": model,
@@ -134,23 +132,11 @@ def request_body(
         "temperature": 0.0,
     }
     if xargs:
-        body["vllm_xargs"] = slo_xargs(planned.slo)
+        body["vllm_xargs"] = to_slo_args(planned.slo)
         body["return_token_ids"] = True
     if priority:
         body["priority"] = round(planned.ttft_deadline * 1000.0)
     return body
-
-
-def slo_xargs(slo: SLO) -> dict[str, str | int | float]:
-    """`slo` as the `vllm_xargs` keys the adapter reads (milliseconds, rounded to 1 µs)."""
-    xargs: dict[str, str | int | float] = {
-        "ttft_ms": round(slo.ttft * 1000.0, 3),
-        "tbt_ms": round(slo.tbt * 1000.0, 3),
-        "protected": int(slo.protected),
-    }
-    if slo.tier is not None:
-        xargs["tier"] = slo.tier
-    return xargs
 
 
 def workload_with(workload: WorkloadConfig, num_requests: int | None) -> WorkloadConfig:

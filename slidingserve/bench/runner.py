@@ -26,14 +26,15 @@ import aiohttp
 from tqdm import tqdm
 
 from slidingserve.bench.client import StreamError, StreamProgress, list_models, stream_completion
-from slidingserve.bench.metrics import BenchSummary, summarize
-from slidingserve.bench.records import Outcome, RequestRecord
+from slidingserve.bench.records import RequestRecord
 from slidingserve.bench.requests import (
     PlannedRequest,
     plan_requests,
     request_body,
     workload_with,
 )
+from slidingserve.bench.summary import BenchSummary, summarize
+from slidingserve.metrics import Outcome, Timeline
 from slidingserve.workloads import WorkloadConfig
 
 if TYPE_CHECKING:
@@ -300,18 +301,21 @@ def _make_record(
         outcome = Outcome.CANCELLED
     else:
         outcome = Outcome.FAILED if error_kind is not None else Outcome.COMPLETED
+    timeline = Timeline(
+        arrival=planned.send_at,
+        slo=planned.slo,
+        chunk_times=tuple(progress.chunk_times),
+        chunk_tokens=tuple(progress.chunk_tokens),
+        outcome=outcome,
+        output_tokens=progress.usage_tokens,
+        sent=progress.sent if progress.sent is not None else now,
+    )
     return RequestRecord(
         request_id=planned.request_id,
-        scheduled=planned.send_at,
-        sent=progress.sent if progress.sent is not None else now,
+        timeline=timeline,
         finished=now,
         prompt_tokens=planned.prompt_tokens,
         max_tokens=planned.max_tokens,
-        slo=planned.slo,
-        outcome=outcome,
-        chunk_times=tuple(progress.chunk_times),
-        chunk_tokens=tuple(progress.chunk_tokens),
-        usage_tokens=progress.usage_tokens,
         error_kind=error_kind,
         error_message=error_message,
     )

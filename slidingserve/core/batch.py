@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING, NamedTuple
 from slidingserve.core.request import Phase
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from slidingserve.core.plan import Plan
+    from slidingserve.core.request import Request
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,15 +44,24 @@ class BatchShape:
         return sum(self.decode_contexts)
 
     @classmethod
-    def from_plan(cls, plan: Plan) -> BatchShape:
+    def from_chunks(cls, chunks: Iterable[tuple[Request, int]]) -> BatchShape:
+        """The batch that runs these (request, tokens) pairs, by each request's phase before
+        the step; a waiting request has nothing cached (SPEC §3). Both engines time batches
+        built here: the simulator its plans, the vLLM adapter what vLLM scheduled."""
         decodes: list[int] = []
         prefills: list[tuple[int, int]] = []
-        for request, tokens in plan.chunks:
-            if request.phase is Phase.DECODING:
+        for request, tokens in chunks:
+            phase = request.phase
+            if phase is Phase.DECODING:
                 decodes.append(request.num_computed)
             else:
-                prefills.append((tokens, request.num_computed))
+                prefills.append((tokens, 0 if phase is Phase.WAITING else request.num_computed))
         return cls(tuple(decodes), tuple(prefills))
+
+    @classmethod
+    def from_plan(cls, plan: Plan) -> BatchShape:
+        """The batch of `plan` (`from_chunks` of its chunks)."""
+        return cls.from_chunks(plan.chunks)
 
 
 class TimedBatch(NamedTuple):

@@ -78,14 +78,6 @@ class PlanBuilder:
             free -= self._reserved
         return (kv.held(request) + max(0, free)) * kv.block_size - request.num_computed
 
-    def max_tokens_for(self, request: Request) -> int:
-        """Most tokens `request` could take now (budget and KV), ignoring its remaining work."""
-        if self.seats_left == 0:
-            return 0
-        if request.phase is Phase.WAITING and self.admissions_left == 0:
-            return 0
-        return max(0, min(self.tokens_left, self._kv_room(request)))
-
     def add(self, request: Request, want: int) -> int:
         """Schedule up to `want` tokens of `request`; return how many were granted."""
         if self.seats_left == 0 or (request.phase is Phase.WAITING and not self.admissions_left):

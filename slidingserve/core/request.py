@@ -8,6 +8,11 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, overload
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 MAX_SLO_SECONDS = 3600.0
 """An SLO beyond an hour is a mistake in units, not a latency target."""
@@ -49,6 +54,17 @@ class SLO:
     def scaled(self, factor: float) -> SLO:
         """The same SLO with both targets multiplied by `factor`."""
         return SLO(self.ttft * factor, self.tbt * factor, self.protected, self.tier)
+
+    @overload
+    def deadline(self, arrival: float, k: int) -> float: ...
+    @overload
+    def deadline(self, arrival: float, k: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]: ...
+    def deadline(self, arrival: float, k: Any) -> Any:
+        """d_{k+1} = a + L_ttft + k·L_tbt, eq. (1): when output token k+1 (k = 0: the first)
+        of a request due at `arrival` must have come out, seconds; elementwise for an array
+        of `k`. The one home of the formula: `Request.deadline` (what the scheduler plans
+        for) and the metrics' verdicts (`slidingserve.metrics`) both read it here."""
+        return arrival + self.ttft + k * self.tbt
 
 
 @dataclass(slots=True, eq=False)
@@ -101,11 +117,11 @@ class Request:
 
     @property
     def ttft_deadline(self) -> float:
-        return self.arrival + self.slo.ttft
+        return self.deadline(0)
 
     def deadline(self, k: int) -> float:
         """d_{i,k+1}: deadline of output token k+1 (k = 0 is the first token), eq. (1)."""
-        return self.arrival + self.slo.ttft + k * self.slo.tbt
+        return self.slo.deadline(self.arrival, k)
 
     @property
     def next_deadline(self) -> float:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from slidingserve.core.checks import require_int
+from slidingserve.core.request import Phase
 
 if TYPE_CHECKING:
     from slidingserve.core.request import Request
@@ -54,6 +55,22 @@ class SchedulerView:
     limits: EngineLimits
     kv: KVView
     admit: bool = True  # False after a preemption this iteration: vLLM admits nothing then
+
+    @classmethod
+    def from_queues(
+        cls,
+        now: float,
+        waiting: Sequence[Request],
+        running: Sequence[Request],
+        limits: EngineLimits,
+        kv: KVView,
+        admit: bool = True,
+    ) -> SchedulerView:
+        """The view of an engine's two queues: `running` split by phase into `prefilling`
+        and `decoding` (each in admission order). Both engines build their view here."""
+        decoding = [r for r in running if r.phase is Phase.DECODING]
+        prefilling = [r for r in running if r.phase is Phase.PREFILLING]
+        return cls(now, waiting, running, prefilling, decoding, limits, kv, admit)
 
     @property
     def num_running(self) -> int:

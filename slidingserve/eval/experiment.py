@@ -21,10 +21,10 @@ from typing import Any, NamedTuple, TypeVar
 from slidingserve.core.view import EngineLimits
 from slidingserve.eval.capacity import CapacityBound, capacity_bound
 from slidingserve.eval.goodput import GoodputEstimate, SearchSettings, search_goodput
+from slidingserve.metrics import TbtReading
 from slidingserve.policies import get_policy_class
 from slidingserve.predictor.calibration import Calibration
 from slidingserve.sim.hardware import HardwareConfig
-from slidingserve.sim.metrics import TbtReading
 from slidingserve.sim.profiling import calibrate
 from slidingserve.sim.runner import (
     OVERALL,
@@ -158,7 +158,7 @@ class AtGoodput(NamedTuple):
         if result is None:
             return cls(math.nan, math.nan, math.nan)
         m = result.metrics
-        return cls(m.tbt.p99, m.cumulative_violation_rate, m.per_gap_violation_rate)
+        return cls(m.itl.p99, m.cumulative.overall, m.per_gap.overall)
 
     @classmethod
     def mean(cls, runs: Sequence[AtGoodput]) -> AtGoodput:
@@ -230,15 +230,15 @@ class _CurveTask:
 
 
 def _run_curve_point(task: _CurveTask) -> CurvePoint:
-    metrics = simulate(task.spec, task.rate, task.seed).metrics
+    violations = simulate(task.spec, task.rate, task.seed).violations
     return CurvePoint(
         task.spec.policy,
         task.spec.workload.name,
         task.seed,
         task.rate,
-        metrics.violation_rate,
-        metrics.ttft_violation_rate,
-        metrics.tbt_violation_rate,
+        violations.overall,
+        violations.ttft,
+        violations.tbt,
     )
 
 

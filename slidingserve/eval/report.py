@@ -130,19 +130,20 @@ def tier_table(results: Sequence[SimulationResult]) -> str:
     rows = []
     for result in results:
         for tier, m in result.tiers.items():
+            violations = result.tier_violations(tier)
             rows.append(
                 [
                     result.policy,
                     result.workload,
                     f"{result.rate:.2f}",
                     tier,
-                    str(m.num_requests),
-                    f"{100 * m.violation_rate:.1f}",
-                    f"{100 * m.ttft_violation_rate:.1f}",
-                    f"{100 * m.tbt_violation_rate:.1f}",
-                    f"{100 * m.per_gap_violation_rate:.1f}",
+                    str(m.requests),
+                    f"{100 * violations.overall:.1f}",
+                    f"{100 * violations.ttft:.1f}",
+                    f"{100 * violations.tbt:.1f}",
+                    f"{100 * m.per_gap.overall:.1f}",
                     f"{m.ttft.p50 * 1000:.0f} / {m.ttft.p99 * 1000:.0f}",
-                    f"{m.tbt.p99 * 1000:.1f}",
+                    f"{m.itl.p99 * 1000:.1f}",
                 ]
             )
     return format_table(header, rows)

@@ -9,25 +9,35 @@ highest rate with ≤ 1% violating requests) on the same server. A live run is n
 stall of the shared CPU can make a dozen requests late), so every rate, fixed or searched,
 is run `repeats` times with seeds `seed`, `seed + 1`, …: a fixed rate reports the run with
 the median violation rate (and all the runs' rates), the search judges by that median.
+
+`compare` runs that procedure over any `Trials`: `LiveTrials` here, or the simulated copy of
+a profiled engine (`simulated.SimulatedTrials`), so both tables mean the same thing.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import math
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from slidingserve.bench.metrics import BenchSummary
-from slidingserve.bench.runner import BenchConfig, BenchResult, run_bench
+from slidingserve.bench.runner import BenchConfig, run_bench
+from slidingserve.engines.vllm.runtime import CPU_ENGINE_LIMITS
 from slidingserve.eval.goodput import GoodputEstimate, SearchSettings, search_goodput
 from slidingserve.live.servers import ServerSpec, running_server
+from slidingserve.metrics import RunMetrics
 from slidingserve.reporting import format_table
-from slidingserve.workloads import WorkloadConfig
+from slidingserve.workloads import SLO_PRESETS, WorkloadConfig
+from slidingserve.workloads.slo import CONVERSATIONAL
 
-STRICT_TBT_MS = 50.0  # the strict preset's TBT, which the scale is computed against
+STRICT_TBT = SLO_PRESETS["strict"][CONVERSATIONAL].tbt  # seconds: what the scale is set by
+CALIBRATION_REQUESTS = 12  # the light run that measures the unloaded time per output token
+CALIBRATION_RATE = 0.5  # req/s
+UNMISSABLE_SLO_SCALE = 100.0  # for runs whose SLOs play no part (calibration, profiling)
 
 
 @dataclass(frozen=True)
@@ -41,8 +51,8 @@ class LiveSettings:
     slo_scale: float | None = None  # None: calibrate on this machine
     tbt_headroom: float = 3.0  # TBT target = this × the unloaded time per output token
     repeats: int = 3  # runs per rate (seeds seed, seed + 1, ...); their median decides
-    max_num_batched_tokens: int = 256
-    max_num_seqs: int = 64
+    max_num_batched_tokens: int = CPU_ENGINE_LIMITS.max_num_batched_tokens
+    max_num_seqs: int = CPU_ENGINE_LIMITS.max_num_seqs
     search: SearchSettings = SearchSettings(precision=0.1)
     out_dir: Path = Path("results/live")
 
@@ -52,8 +62,10 @@ class LiveSettings:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
-    def workload_config(self, scale: float) -> WorkloadConfig:
-        return WorkloadConfig(self.workload, self.requests, slo_scale=scale)
+    def workload_config(self, scale: float, requests: int | None = None) -> WorkloadConfig:
+        """The workload of a run: `requests` (default: the settings') at SLO scale `scale`."""
+        count = self.requests if requests is None else requests
+        return WorkloadConfig(self.workload, count, slo_scale=scale)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,50 +93,112 @@ class LiveComparison:
     goodput: dict[str, GoodputEstimate]  # per policy, when searched
 
 
+class Trials(Protocol):
+    """Where a comparison's trials run: live servers, or a simulated engine."""
+
+    venue: str  # where the SLO scale was calibrated, for messages ("this machine")
+    goodput_label: str  # what a searched goodput is called in messages
+
+    def check(self, policy: str) -> None:
+        """Called for every policy before any trial; ValueError if `policy` is unknown."""
+        ...
+
+    def serving(self, policy: str) -> AbstractContextManager[object]:
+        """Entered around all the trials of `policy` (and the calibration, if it is first)."""
+        ...
+
+    def probe(self, workload: WorkloadConfig, rate: float, seed: int) -> RunMetrics:
+        """A run whose SLOs play no part, for its timings (`calibrate`'s); called once,
+        inside the first policy's `serving`, when the settings give no SLO scale."""
+        ...
+
+    def run(self, policy: str, rate: float, seed: int, scale: float) -> RunMetrics:
+        """One trial of `policy`: the settings' workload at `rate` req/s with `seed`, its SLO
+        presets scaled by `scale`; the figures of every request, per second of the run."""
+        ...
+
+
+class LiveTrials:
+    """Trials on live servers: one per policy, started in turn; each trial a bench run."""
+
+    venue = "this machine"
+    goodput_label = "goodput"
+
+    def __init__(self, settings: LiveSettings) -> None:
+        self.settings = settings
+        self.specs: dict[str, ServerSpec] = {}
+        self.url: str | None = None  # the running server's, inside `serving`
+
+    def check(self, policy: str) -> None:
+        self.specs[policy] = ServerSpec(
+            self.settings.model,
+            policy,
+            max_num_batched_tokens=self.settings.max_num_batched_tokens,
+            max_num_seqs=self.settings.max_num_seqs,
+        )
+
+    @contextlib.contextmanager
+    def serving(self, policy: str) -> Iterator[None]:
+        log = self.settings.out_dir / f"server-{policy.replace(':', '-')}.log"
+        with running_server(self.specs[policy], log) as url:
+            self.url = url
+            try:
+                yield
+            finally:
+                self.url = None
+
+    def probe(self, workload: WorkloadConfig, rate: float, seed: int) -> RunMetrics:
+        return self._bench(workload, rate, seed)
+
+    def run(self, policy: str, rate: float, seed: int, scale: float) -> RunMetrics:
+        spec = self.specs[policy]
+        priority = spec.is_builtin and spec.builtin == "priority"
+        return self._bench(self.settings.workload_config(scale), rate, seed, priority)
+
+    def _bench(
+        self, workload: WorkloadConfig, rate: float, seed: int, priority: bool = False
+    ) -> RunMetrics:
+        """A bench run on the running server; `priority`: send vLLM's priority field."""
+        if self.url is None:
+            raise RuntimeError("trials run inside `serving`, while a server runs")
+        config = BenchConfig(
+            self.url, workload, rate=rate, seed=seed, priority_from_slo=priority, progress=False
+        )
+        return run_bench(config).summary.metrics
+
+
 def compare(
     settings: LiveSettings,
     policies: Sequence[str],
     rates: Sequence[float],
     search: bool = False,
     say: Callable[[str], None] = print,
+    trials: Callable[[LiveSettings], Trials] = LiveTrials,
 ) -> LiveComparison:
-    """Run every policy on its own server, in turn; see the module docstring."""
-    specs = [_spec(settings, policy) for policy in policies]  # bad names fail before any run
+    """Run every policy's trials on `trials(settings)` (default: a live server per policy,
+    in turn); see the module docstring."""
+    if not policies:
+        raise ValueError("no policy to compare")
+    engine = trials(settings)
+    for policy in policies:
+        engine.check(policy)  # bad names fail before any run
+    seeds = [settings.seed + repeat for repeat in range(settings.repeats)]
     scale = settings.slo_scale
     rows: list[LiveRow] = []
     goodput: dict[str, GoodputEstimate] = {}
-    for spec in specs:
-        log = settings.out_dir / f"server-{spec.policy.replace(':', '-')}.log"
-        with running_server(spec, log) as url:
+    for policy in policies:
+        with engine.serving(policy):
             if scale is None:
-                scale = calibrate(settings, url)
-                say(f"SLO scale for this machine: {scale:.3f}")
+                scale = calibrate(engine, settings)
+                say(f"SLO scale for {engine.venue}: {scale:.3f}")
             for rate in rates:
-                runs = [
-                    _bench(settings, url, rate, scale, spec, seed=settings.seed + repeat).summary
-                    for repeat in range(settings.repeats)
-                ]
-                rows.append(median_row(spec.policy, rate, runs))
+                runs = [engine.run(policy, rate, seed, scale) for seed in seeds]
+                rows.append(median_row(policy, rate, runs))
             if search:
-                goodput[spec.policy] = _search(settings, url, scale, spec, rates)
-                say(f"{spec.policy}: goodput {goodput[spec.policy].goodput:.2f} req/s")
-    assert scale is not None
+                goodput[policy] = _search(engine, policy, scale, seeds, rates, settings.search)
+                say(f"{policy}: {engine.goodput_label} {goodput[policy].goodput:.2f} req/s")
+    assert scale is not None  # set with the first policy at the latest
     return LiveComparison(settings, scale, rows, goodput)
-
-
-def calibrate(settings: LiveSettings, url: str) -> float:
-    """The SLO scale that makes the TBT target `tbt_headroom` × the unloaded TPOT here."""
-    probe = dataclasses.replace(settings, requests=12)
-    result = run_bench(
-        BenchConfig(
-            url,
-            probe.workload_config(100.0),  # SLOs that nobody misses: only timings matter
-            rate=0.5,
-            seed=settings.seed,
-            progress=False,
-        )
-    )
-    return scale_for_tpot(result.summary.tpot_ms.p50, settings.tbt_headroom)
 
 
 def table(comparison: LiveComparison) -> str:
@@ -155,80 +229,55 @@ def table(comparison: LiveComparison) -> str:
     return format_table(header, rows)
 
 
-def _spec(settings: LiveSettings, policy: str) -> ServerSpec:
-    return ServerSpec(
-        settings.model,
-        policy,
-        max_num_batched_tokens=settings.max_num_batched_tokens,
-        max_num_seqs=settings.max_num_seqs,
-    )
-
-
 def median_violation(fractions: Iterable[float]) -> float:
     """The median of repeated live runs at one rate: one noisy run (1% of 200 requests is
     two) must not decide the goodput search alone."""
     return statistics.median(fractions)
 
 
-def _bench(
-    settings: LiveSettings,
-    url: str,
-    rate: float,
-    scale: float,
-    spec: ServerSpec,
-    seed: int | None = None,
-) -> BenchResult:
-    return run_bench(
-        BenchConfig(
-            url,
-            settings.workload_config(scale),
-            rate=rate,
-            seed=settings.seed if seed is None else seed,
-            priority_from_slo=spec.is_builtin and spec.builtin == "priority",
-            progress=False,
-        )
-    )
-
-
-def median_row(policy: str, rate: float, runs: Sequence[BenchSummary]) -> LiveRow:
+def median_row(policy: str, rate: float, runs: Sequence[RunMetrics]) -> LiveRow:
     """The row of the run with the median violation rate (the upper one of an even count),
     with every run's violation rate beside it."""
     if not runs:
         raise ValueError("median_row needs at least one run")
-    ordered = sorted(runs, key=lambda run: run.violations.overall)
+    ordered = sorted(runs, key=lambda run: run.cumulative.overall)
     median = ordered[len(ordered) // 2]
     return LiveRow(
         policy,
         rate,
-        median.violations.overall,
-        median.violations.ttft,
-        median.violations.tbt,
+        median.cumulative.overall,
+        median.cumulative.ttft,
+        median.cumulative.tbt,
         median.goodput,
         median.goodput_vllm,
         median.failed,
-        tuple(run.violations.overall for run in ordered),
-        median.violations_per_gap.overall,
-        median.itl_ms.p99,
+        tuple(run.cumulative.overall for run in ordered),
+        median.per_gap.overall,
+        1000 * median.itl.p99,
     )
 
 
-def scale_for_tpot(tpot_ms: float, headroom: float) -> float:
-    """The SLO scale that puts the strict preset's TBT at `headroom` × `tpot_ms`."""
-    if not tpot_ms > 0:
+def calibrate(trials: Trials, settings: LiveSettings) -> float:
+    """The SLO scale that makes the strict preset's TBT `tbt_headroom` × the unloaded time
+    per output token (the median TPOT of a light run, `CALIBRATION_REQUESTS` requests at
+    `CALIBRATION_RATE` req/s)."""
+    workload = settings.workload_config(UNMISSABLE_SLO_SCALE, CALIBRATION_REQUESTS)
+    tpot = trials.probe(workload, CALIBRATION_RATE, settings.seed).tpot.p50
+    if not tpot > 0:
         raise RuntimeError("calibration run measured no time per output token")
-    return headroom * tpot_ms / STRICT_TBT_MS
+    return settings.tbt_headroom * tpot / STRICT_TBT
 
 
 def _search(
-    settings: LiveSettings, url: str, scale: float, spec: ServerSpec, rates: Sequence[float]
+    engine: Trials,
+    policy: str,
+    scale: float,
+    seeds: Sequence[int],
+    rates: Sequence[float],
+    settings: SearchSettings,
 ) -> GoodputEstimate:
     def violation_at(rate: float) -> float:
-        return median_violation(
-            _bench(
-                settings, url, rate, scale, spec, seed=settings.seed + repeat
-            ).summary.violations.overall
-            for repeat in range(settings.repeats)
-        )
+        runs = (engine.run(policy, rate, seed, scale) for seed in seeds)
+        return median_violation(run.cumulative.overall for run in runs)
 
-    start = min(rates) if rates else 1.0
-    return search_goodput(violation_at, start, settings.search)
+    return search_goodput(violation_at, min(rates) if rates else 1.0, settings)

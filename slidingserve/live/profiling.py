@@ -12,12 +12,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from slidingserve.bench.runner import BenchConfig, run_bench
-from slidingserve.live.compare import LiveSettings
+from slidingserve.live.compare import UNMISSABLE_SLO_SCALE, LiveSettings
 from slidingserve.live.servers import ServerSpec, running_server
 from slidingserve.predictor.steps import EngineSteps, load_engine_steps
 
 PROFILE_RATES = (2.0, 8.0, 16.0, 32.0)  # req/s: light load to overload on this CPU
-UNMISSABLE_SLO_SCALE = 100.0  # SLOs play no part in profiling traffic
 
 
 def profile_server(
@@ -47,8 +46,8 @@ def profile_server(
                 seed=settings.seed,
                 progress=False,
             )
-            summary = run_bench(config).summary
-            say(f"profiled at {rate:g} req/s: {summary.completed} requests completed")
+            completed = run_bench(config).summary.metrics.completed
+            say(f"profiled at {rate:g} req/s: {completed} requests completed")
     if not steps_out.is_file():
         raise RuntimeError(f"the server wrote no step periods to {steps_out}; see its log")
     return load_engine_steps(steps_out)

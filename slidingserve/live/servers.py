@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slidingserve.engines.vllm.runtime import check_policy_name
+from slidingserve.core.slo_args import DEFAULT_SLO
+from slidingserve.engines.vllm.runtime import CPU_ENGINE_LIMITS, check_policy_name
 from slidingserve.engines.vllm.server import (
     API_SERVER_MODULE,
     engine_flags,
@@ -35,10 +36,10 @@ class ServerSpec:
 
     model: str  # model folder
     policy: str  # a project policy name, or "vllm:fcfs" / "vllm:priority"
-    ttft_ms: float = 2000.0  # default SLO of requests without one (ours only)
-    tbt_ms: float = 50.0
-    max_num_batched_tokens: int = 256
-    max_num_seqs: int = 64
+    ttft_ms: float = DEFAULT_SLO.ttft_ms  # SLO of requests that give none (ours only), ms
+    tbt_ms: float = DEFAULT_SLO.tbt_ms
+    max_num_batched_tokens: int = CPU_ENGINE_LIMITS.max_num_batched_tokens
+    max_num_seqs: int = CPU_ENGINE_LIMITS.max_num_seqs
     extra_args: tuple[str, ...] = field(default=())
     steps_out: Path | None = None  # ours only: the engine's step periods, written at shutdown
 

@@ -87,17 +87,22 @@ class Policy(ABC):
         old model stays). Default: no-op (the policy keeps no model or uses the shared one).
         """
 
-    def schedules_all_decodes(self, num_decoding: int) -> bool:
-        """Whether, with nothing waiting or prefilling, `schedule` gives every decode 1 token.
+    # -- simulator-only hooks: the simulator fast-forwards decode-only stretches; the vLLM
+    # -- adapter never calls these (every real step goes through `schedule`).
 
-        Engines use it to fast-forward stretches of decode-only iterations without calling
-        `schedule` at each (they call `on_decode_run` instead). Default: True.
+    def schedules_all_decodes(self, num_decoding: int) -> bool:
+        """Simulator only: whether, with nothing waiting or prefilling, `schedule` gives
+        every decode 1 token.
+
+        The simulator uses it to fast-forward stretches of decode-only iterations without
+        calling `schedule` at each (it calls `on_decode_run` instead). Default: True.
         """
         return True
 
     def on_decode_run(self, durations: Sequence[float], num_decodes: int) -> None:
-        """Called instead of `on_iteration_end` for a fast-forwarded run of decode-only
-        iterations, each with `num_decodes` decodes; `durations` in seconds. Default: no-op."""
+        """Simulator only: called instead of `on_iteration_end` for a fast-forwarded run of
+        decode-only iterations, each with `num_decodes` decodes; `durations` in seconds.
+        Default: no-op."""
 
 
 def build_config(config_type: type[Any], options: Mapping[str, Any], owner: str) -> Any:

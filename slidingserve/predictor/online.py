@@ -87,17 +87,11 @@ class OnlineLearner:
         self._num_fits = 0
         self._num_failures = 0
         self._num_listener_failures = 0
-        self._last_fit: FitResult | None = None
 
     @property
     def predictor(self) -> BatchLatencyPredictor:
         """The current predictor; never blocks."""
         return self._predictor
-
-    @property
-    def last_fit(self) -> FitResult | None:
-        """The result of the last successful refit, with its held-out errors."""
-        return self._last_fit
 
     @property
     def num_fits(self) -> int:
@@ -178,7 +172,6 @@ class OnlineLearner:
                 "online refit on %d samples failed; keeping the old predictor", len(samples)
             )
             return None
-        self._last_fit = result
         self._predictor = result.predictor  # the atomic swap readers see
         self._num_fits += 1
         return result

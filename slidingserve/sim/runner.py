@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from slidingserve.core.view import EngineLimits
-from slidingserve.policies import PolicyContext, get_policy_class
+from slidingserve.metrics import (
+    RunMetrics,
+    TbtReading,
+    Timeline,
+    ViolationRates,
+    measure,
+    measure_tiers,
+    span,
+)
+from slidingserve.policies import PolicyContext, get_policy_class, make_policy
 from slidingserve.predictor.calibration import Calibration
-from slidingserve.sim.engine import Simulator, SimulatorOptions
+from slidingserve.sim.engine import IterationTimer, SimulationRun, Simulator, SimulatorOptions
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
-from slidingserve.sim.metrics import RunMetrics, TbtReading, compute_metrics, metrics_by_tier
 from slidingserve.sim.profiling import calibrate
 from slidingserve.workloads import WorkloadConfig, generate_requests
+
+if TYPE_CHECKING:
+    from slidingserve.core.request import Request
+    from slidingserve.policies import Policy
 
 MIN_RATE = 1e-4
 """Slowest rate simulated, req/s: below it arrival times swamp the latencies in float64."""
@@ -50,39 +61,56 @@ class SimulationResult:
     workload: str
     rate: float  # requests per second (base rate of the arrival process)
     seed: int
-    metrics: RunMetrics
+    metrics: RunMetrics  # from the first arrival to the last token
     tiers: dict[str, RunMetrics]  # per SLO tier, when the workload has tiers
+    tbt_reading: TbtReading  # the reading `violations` reports
     num_iterations: int
     num_preemptions: int
     wall_seconds: float  # host time the simulation took
 
+    @property
+    def violations(self) -> ViolationRates:
+        """The violations of every request under the run's TBT reading."""
+        return self.metrics.violations(self.tbt_reading)
+
+    def tier_violations(self, tier: str) -> ViolationRates:
+        """The violations of `tier` under the run's TBT reading."""
+        return self.tiers[tier].violations(self.tbt_reading)
+
     def to_row(self) -> dict[str, Any]:
         """A flat dict, milliseconds for latencies, for tables and CSV files."""
-        m = self.metrics
+        m, violations = self.metrics, self.violations
         row: dict[str, Any] = {
             "policy": self.policy,
             "workload": self.workload,
             "rate": self.rate,
             "seed": self.seed,
-            "requests": m.num_requests,
-            "violation_rate": m.violation_rate,
-            "ttft_violation_rate": m.ttft_violation_rate,
-            "tbt_violation_rate": m.tbt_violation_rate,
-            "tbt_reading": m.tbt_reading,
-            "cumulative_violation_rate": m.cumulative_violation_rate,
-            "per_gap_violation_rate": m.per_gap_violation_rate,
+            "requests": m.requests,
+            "violation_rate": violations.overall,
+            "ttft_violation_rate": violations.ttft,
+            "tbt_violation_rate": violations.tbt,
+            "tbt_reading": self.tbt_reading.value,
+            "cumulative_violation_rate": m.cumulative.overall,
+            "per_gap_violation_rate": m.per_gap.overall,
             "throughput_rps": m.request_throughput,
             "output_tps": m.output_throughput,
         }
-        for name in ("ttft", "tbt", "tpot", "e2e"):
-            stats = getattr(m, name)
+        for name, stats in (("ttft", m.ttft), ("tbt", m.itl), ("tpot", m.tpot), ("e2e", m.e2e)):
             for quantile in ("p50", "p90", "p99"):
                 row[f"{name}_{quantile}_ms"] = getattr(stats, quantile) * 1000
-        for tier, metrics in self.tiers.items():
-            row[f"violation_rate[{tier}]"] = metrics.violation_rate
+        for tier in self.tiers:
+            row[f"violation_rate[{tier}]"] = self.tier_violations(tier).overall
         row.update(iterations=self.num_iterations, preemptions=self.num_preemptions)
         row["wall_s"] = self.wall_seconds
         return row
+
+
+class SimulatedGpu(IterationTimer, Protocol):
+    """What the simulator runs on: it times batches and holds the KV cache."""
+
+    def kv_capacity_blocks(self, block_size: int) -> int:
+        """KV blocks of `block_size` tokens that fit beside the model."""
+        ...
 
 
 def needs_calibration(policy: str) -> bool:
@@ -90,19 +118,49 @@ def needs_calibration(policy: str) -> bool:
     return policy_class.needs_predictor or policy_class.needs_profile
 
 
-def calibrated(spec: SimulationSpec) -> SimulationSpec:
-    """`spec` carrying a calibration if its policy needs one, so that many runs share it."""
-    if spec.calibration is not None or not needs_calibration(spec.policy):
-        return spec
-    return dataclasses.replace(spec, calibration=calibrate(spec.hardware, spec.limits))
+def context_for(
+    policy: str, limits: EngineLimits, calibration: Callable[[], Calibration]
+) -> PolicyContext:
+    """What `policy` is built with: `limits`, and the predictor and timed batches of
+    `calibration()` if it plans with a predictor or fits its own (else it is not called)."""
+    if not needs_calibration(policy):
+        return PolicyContext(limits)
+    calibrated = calibration()
+    return PolicyContext(limits, calibrated.predictor, calibrated.batches)
 
 
 def policy_context(spec: SimulationSpec) -> PolicyContext:
-    """What the policy of `spec` is built with (calibrating first if it needs it)."""
-    calibration = calibrated(spec).calibration
-    if calibration is None:
-        return PolicyContext(spec.limits)
-    return PolicyContext(spec.limits, calibration.predictor, calibration.batches)
+    """What the policy of `spec` is built with (calibrating first if it needs it and `spec`
+    carries no calibration)."""
+
+    def calibration() -> Calibration:
+        if spec.calibration is not None:
+            return spec.calibration
+        return calibrate(spec.hardware, spec.limits)
+
+    return context_for(spec.policy, spec.limits, calibration)
+
+
+def run_policy(
+    policy: Policy, gpu: SimulatedGpu, limits: EngineLimits, requests: Sequence[Request]
+) -> SimulationRun:
+    """Run `requests` (mutated in place) through `policy` on `gpu` within `limits`."""
+    blocks = gpu.kv_capacity_blocks(limits.block_size)
+    return Simulator(policy, gpu, blocks, SimulatorOptions(limits=limits)).run(requests)
+
+
+class RunFigures(NamedTuple):
+    """The metrics of a simulated run, from its first arrival to its last token."""
+
+    metrics: RunMetrics  # of every request
+    tiers: dict[str, RunMetrics]  # of each SLO tier, by name ({} without tiers)
+
+
+def run_figures(requests: Sequence[Request]) -> RunFigures:
+    """The metrics of finished simulated requests (ValueError if one emitted no token)."""
+    finished = [Timeline.of_request(request) for request in requests]
+    duration = span(finished)
+    return RunFigures(measure(finished, duration), measure_tiers(finished, duration))
 
 
 def simulate(spec: SimulationSpec, rate: float, seed: int) -> SimulationResult:
@@ -111,22 +169,17 @@ def simulate(spec: SimulationSpec, rate: float, seed: int) -> SimulationResult:
         raise ValueError(f"rate must be at least {MIN_RATE} req/s and finite, got {rate}")
     started = time.perf_counter()
     requests = generate_requests(spec.workload, rate, seed, spec.max_model_len)
-    latency = GroundTruthLatency(spec.hardware, seed)
-    policy = get_policy_class(spec.policy).from_options(policy_context(spec), spec.policy_options)
-    simulator = Simulator(
-        policy,
-        latency,
-        latency.kv_capacity_blocks(spec.limits.block_size),
-        SimulatorOptions(limits=spec.limits),
-    )
-    run = simulator.run(requests)
+    policy = make_policy(spec.policy, policy_context(spec), spec.policy_options)
+    run = run_policy(policy, GroundTruthLatency(spec.hardware, seed), spec.limits, requests)
+    figures = run_figures(run.requests)
     return SimulationResult(
         policy=spec.policy,
         workload=spec.workload.name,
         rate=rate,
         seed=seed,
-        metrics=compute_metrics(run.requests, spec.tbt_reading),
-        tiers=metrics_by_tier(run.requests, spec.tbt_reading),
+        metrics=figures.metrics,
+        tiers=figures.tiers,
+        tbt_reading=spec.tbt_reading,
         num_iterations=run.num_iterations + run.num_fast_forwarded,
         num_preemptions=run.num_preemptions,
         wall_seconds=time.perf_counter() - started,
@@ -145,13 +198,13 @@ def violation_for(result: SimulationResult, criterion: str) -> float:
     "tier:NAME": that tier's.
     """
     if criterion == OVERALL:
-        return result.metrics.violation_rate
+        return result.violations.overall
     if not result.tiers:
         raise ValueError(f"criterion {criterion!r} needs a workload with SLO tiers")
     if criterion == WORST_TIER:
-        return max(metrics.violation_rate for metrics in result.tiers.values())
+        return max(result.tier_violations(tier).overall for tier in result.tiers)
     name = criterion.removeprefix(TIER_PREFIX)
     if not criterion.startswith(TIER_PREFIX) or name not in result.tiers:
         known = ", ".join([OVERALL, WORST_TIER, *(TIER_PREFIX + t for t in result.tiers)])
         raise ValueError(f"unknown goodput criterion {criterion!r}; known: {known}")
-    return result.tiers[name].violation_rate
+    return result.tier_violations(name).overall

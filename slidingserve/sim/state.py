@@ -54,11 +54,9 @@ class EngineState:
     def view(self, limits: EngineLimits, admit: bool = True) -> SchedulerView:
         """The policy's view; `admit` False after a preemption in this iteration (as vLLM),
         unless nothing is running any more."""
-        decoding = [r for r in self.running if r.phase is Phase.DECODING]
-        prefilling = [r for r in self.running if r.phase is Phase.PREFILLING]
         admit = admit or not self.running
-        return SchedulerView(
-            self.now, self.waiting, self.running, prefilling, decoding, limits, self.kv, admit
+        return SchedulerView.from_queues(
+            self.now, self.waiting, self.running, limits, self.kv, admit
         )
 
     def make_room_for_decodes(self) -> int:

@@ -28,12 +28,12 @@ from slidingserve.bench import (
     BenchConfig,
     BenchResult,
     BenchSetupError,
-    Outcome,
     bench,
     plan_requests,
     run_bench,
     write_bench_json,
 )
+from slidingserve.metrics import Outcome
 from slidingserve.workloads import TRACE_FILES, ArrivalConfig, Tier, TierMix, WorkloadConfig
 
 JITTER = 0.015  # seconds
@@ -93,36 +93,37 @@ DRIFT = Tier("drift", ttft=0.15, tbt=0.001)  # first met (150); fifth due at 154
 
 def test_latencies_and_violations_match_hand_values(server: FakeServer, trace: Path) -> None:
     result = run_bench(config(server.url, workload(trace, 8, (FAST, LATE, GAPPY, DRIFT))))
-    s = result.summary
-    assert (s.completed, s.failed, s.cancelled, s.not_sent) == (8, 0, 0, 0)
+    s = result.summary.metrics
+    assert (s.completed, s.failed, s.cancelled, result.summary.not_sent) == (8, 0, 0, 0)
     assert result.model == "fake" and result.max_model_len == 8192
     for record in result.records:
-        assert record.output_tokens == 5 and len(record.chunk_times) == 5
-        assert record.ttft is not None and 0.1 <= record.ttft <= 0.1 + JITTER
-        assert record.e2e is not None and 0.18 <= record.e2e <= 0.18 + JITTER
-        assert record.tpot == pytest.approx(0.02, abs=JITTER / 4)
-        assert all(0.02 - JITTER <= gap <= 0.02 + JITTER for gap in record.itl)
-    assert s.ttft_ms.p50 == pytest.approx(100, abs=JITTER * 1000)
-    assert s.itl_ms.mean == pytest.approx(20, abs=JITTER * 1000 / 4)
-    assert s.tpot_ms.p99 == pytest.approx(20, abs=JITTER * 1000 / 4)
-    assert s.e2e_ms.mean == pytest.approx(180, abs=JITTER * 1000)
+        line = record.timeline
+        assert line.num_tokens == 5 and len(line.chunk_times) == 5
+        assert line.ttft is not None and 0.1 <= line.ttft <= 0.1 + JITTER
+        assert line.e2e is not None and 0.18 <= line.e2e <= 0.18 + JITTER
+        assert line.tpot == pytest.approx(0.02, abs=JITTER / 4)
+        assert all(0.02 - JITTER <= gap <= 0.02 + JITTER for gap in line.itl)
+    assert s.ttft.p50 == pytest.approx(0.1, abs=JITTER)
+    assert s.itl.mean == pytest.approx(0.02, abs=JITTER / 4)
+    assert s.tpot.p99 == pytest.approx(0.02, abs=JITTER / 4)
+    assert s.e2e.mean == pytest.approx(0.18, abs=JITTER)
 
     # Cumulative: late (TTFT) and drift (TBT) violate; per gap gappy too. Two of each tier.
-    assert (s.violations.overall, s.violations.ttft, s.violations.tbt) == (0.5, 0.25, 0.25)
-    per_gap = s.violations_per_gap
+    assert (s.cumulative.overall, s.cumulative.ttft, s.cumulative.tbt) == (0.5, 0.25, 0.25)
+    per_gap = s.per_gap
     assert (per_gap.overall, per_gap.ttft, per_gap.tbt) == (0.75, 0.25, 0.5)
-    tiers = {t.name: t for t in s.tiers}
+    tiers = result.summary.tiers
     assert tiers["late"].cumulative.ttft == 1.0 and tiers["late"].per_gap.tbt == 0.0
     assert tiers["gappy"].cumulative.overall == 0.0 and tiers["gappy"].per_gap.overall == 1.0
     assert tiers["drift"].cumulative.tbt == 1.0 and tiers["drift"].cumulative.ttft == 0.0
     assert tiers["fast"].per_gap.overall == 0.0
     # Goodput: fast and gappy meet every cumulative deadline; vLLM's (TTFT ≤ L_ttft, TPOT ≤
     # L_tbt) only fast.
-    assert s.goodput * s.duration_s == pytest.approx(4)
-    assert s.goodput_per_gap * s.duration_s == pytest.approx(2)
-    assert s.goodput_vllm * s.duration_s == pytest.approx(2)
-    last_send = max(r.scheduled for r in result.records)
-    assert last_send + 0.18 <= s.duration_s <= last_send + 0.18 + 0.1
+    assert s.goodput * s.duration == pytest.approx(4)
+    assert s.goodput_per_gap * s.duration == pytest.approx(2)
+    assert s.goodput_vllm * s.duration == pytest.approx(2)
+    last_send = max(r.timeline.arrival for r in result.records)
+    assert last_send + 0.18 <= s.duration <= last_send + 0.18 + 0.1
 
 
 def test_requests_carry_the_planned_body(server: FakeServer, trace: Path) -> None:
@@ -149,8 +150,8 @@ def test_without_vllm_fields_and_with_priorities(trace: Path) -> None:
     deadlines = sorted(round((p.send_at + p.slo.ttft) * 1000) for p in plan)
     assert sorted(body["priority"] for body in server.received) == deadlines
     assert not any("vllm_xargs" in b or "return_token_ids" in b for b in server.received)
-    assert result.summary.completed == 3  # tokens counted one per chunk
-    assert all(r.chunk_tokens == (1,) * 5 for r in result.records)
+    assert result.summary.metrics.completed == 3  # tokens counted one per chunk
+    assert all(r.timeline.chunk_tokens == (1,) * 5 for r in result.records)
 
 
 ERROR_TIERS = {
@@ -179,15 +180,15 @@ def test_errors_are_counted_by_kind(trace: Path) -> None:
     assert "ttft_ms must be positive" in result.error_messages["http_400"]
     assert "engine dead" in result.error_messages["http_500"]
     assert "boom" in result.error_messages["stream_error"]
-    by_tier = {r.slo.tier: r for r in result.records}
+    by_tier = {r.timeline.slo.tier: r.timeline for r in result.records}
     assert by_tier["ok"].outcome is Outcome.COMPLETED
     assert len(by_tier["cut"].chunk_times) == 2 and len(by_tier["short"].chunk_times) == 3
-    s = result.summary
+    s = result.summary.metrics
     assert (s.completed, s.failed) == (1, 6)
     # Failed requests violate: TTFT without a token (400, 500, timeout), else TBT.
-    assert (s.violations.overall, s.violations.ttft, s.violations.tbt) == (6 / 7, 3 / 7, 3 / 7)
-    assert s.goodput * s.duration_s == pytest.approx(1)
-    assert s.duration_s < 0.5 + 1.0  # the slow request was given up after its 0.5 s
+    assert (s.cumulative.overall, s.cumulative.ttft, s.cumulative.tbt) == (6 / 7, 3 / 7, 3 / 7)
+    assert s.goodput * s.duration == pytest.approx(1)
+    assert s.duration < 0.5 + 1.0  # the slow request was given up after its 0.5 s
 
 
 def free_port() -> int:
@@ -201,7 +202,8 @@ def test_refused_connections_are_counted(trace: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     result = run_bench(config(url, workload(trace, 3), model="m", max_model_len=512))
     assert result.errors == {"connection": 3}
-    assert result.summary.failed == 3 and result.summary.violations.ttft == 1.0
+    metrics = result.summary.metrics
+    assert metrics.failed == 3 and metrics.cumulative.ttft == 1.0
 
 
 TWO_MODELS = [{"id": "first", "max_model_len": 4096}, {"id": "second", "max_model_len": 2048}]
@@ -235,7 +237,7 @@ class TestDiscovery:
             with pytest.raises(BenchSetupError, match="--max-model-len"):
                 run_bench(config(fake.url, workload(long_trace, 1)))
             result = run_bench(config(fake.url, workload(long_trace, 1), max_model_len=100))
-        assert result.model == "bare" and result.summary.completed == 1
+        assert result.model == "bare" and result.summary.metrics.completed == 1
 
     def test_no_server(self, long_trace: Path) -> None:
         url = f"http://127.0.0.1:{free_port()}"
@@ -249,7 +251,7 @@ def test_duration_bounds_sending(server: FakeServer, trace: Path) -> None:
     cutoff = (sends[2] + sends[3]) / 2
     result = run_bench(config(server.url, work, max_duration=cutoff))
     s = result.summary
-    assert (s.requests_sent, s.completed, s.not_sent, s.interrupted) == (3, 3, 3, False)
+    assert (s.requests_sent, s.metrics.completed, s.not_sent, s.interrupted) == (3, 3, 3, False)
 
 
 def test_a_stop_cancels_in_flight_requests_and_keeps_their_tokens(
@@ -273,11 +275,11 @@ def test_a_stop_cancels_in_flight_requests_and_keeps_their_tokens(
         return result
 
     result = asyncio.run(stopped_run())
-    s = result.summary
-    assert s.interrupted and (s.cancelled, s.completed, s.failed) == (4, 0, 0)
-    assert s.duration_s < 1.5  # not the 2.1 s the streams would have taken
-    assert all(5 <= len(r.chunk_times) < 100 for r in result.records)
-    assert s.violations.judged == 0
+    s = result.summary.metrics
+    assert result.summary.interrupted and (s.cancelled, s.completed, s.failed) == (4, 0, 0)
+    assert s.duration < 1.5  # not the 2.1 s the streams would have taken
+    assert all(5 <= len(r.timeline.chunk_times) < 100 for r in result.records)
+    assert s.cumulative.judged == 0
     payload = json.loads(write_bench_json(result, tmp_path / "b.json").read_text())
     assert {r["outcome"] for r in payload["requests"]} == {"cancelled"}
     assert payload["summary"]["interrupted"] is True

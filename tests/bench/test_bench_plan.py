@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from slidingserve.bench import plan_requests, request_body, scale_lengths
-from slidingserve.bench.requests import REFERENCE_CONTEXT, slo_xargs
-from slidingserve.core import SLO
+from slidingserve.bench.requests import REFERENCE_CONTEXT
 from slidingserve.workloads import (
     ArrivalConfig,
     WorkloadConfig,
@@ -106,11 +105,3 @@ def test_body_without_vllm_fields() -> None:
     body = request_body(planned, "m", xargs=False)
     assert "vllm_xargs" not in body and "return_token_ids" not in body
     assert "priority" not in body
-
-
-def test_slo_xargs_in_milliseconds_without_float_noise() -> None:
-    assert slo_xargs(SLO(2.0 * 0.7, 0.05 * 3)) == {
-        "ttft_ms": 1400.0,
-        "tbt_ms": 150.0,
-        "protected": 0,
-    }

@@ -13,10 +13,11 @@ import pytest
 
 vllm = pytest.importorskip("vllm", minversion="0.32")
 
-from slidingserve.bench import BenchConfig, Outcome, run_bench  # noqa: E402
+from slidingserve.bench import BenchConfig, run_bench  # noqa: E402
 from slidingserve.engines.vllm.server import server_command, server_environment  # noqa: E402
 from slidingserve.engines.vllm.tiny_model import make_tiny_llama  # noqa: E402
 from slidingserve.live.servers import serving  # noqa: E402
+from slidingserve.metrics import Outcome  # noqa: E402
 from slidingserve.workloads import WorkloadConfig, get_tier_mix  # noqa: E402
 
 CONTEXT = 512
@@ -47,22 +48,22 @@ def test_bench_completes_every_request_with_a_consistent_summary(server: str) ->
         server, workload, rate=4.0, progress=False, request_timeout=60.0, max_duration=30.0
     )
     result = run_bench(config)
-    s = result.summary
+    s = result.summary.metrics
     assert result.model == "tiny" and result.max_model_len == CONTEXT
     assert result.errors == {}, result.error_messages
-    assert (s.completed, s.failed, s.cancelled, s.not_sent) == (12, 0, 0, 0)
+    assert (s.completed, s.failed, s.cancelled, result.summary.not_sent) == (12, 0, 0, 0)
     for record in result.records:
-        assert record.outcome is Outcome.COMPLETED
+        line = record.timeline
+        assert line.outcome is Outcome.COMPLETED
         assert record.prompt_tokens + record.max_tokens < CONTEXT
-        assert sum(record.chunk_tokens) == record.usage_tokens == record.max_tokens
-        assert record.sent >= record.scheduled and record.chunk_times[0] > record.sent
-    assert s.request_throughput * s.duration_s == pytest.approx(12)
+        assert line.chunk_tokens is not None  # the bench records every chunk's tokens
+        assert sum(line.chunk_tokens) == line.output_tokens == record.max_tokens
+        assert line.start >= line.arrival and line.chunk_times[0] > line.start
+    assert s.request_throughput * s.duration == pytest.approx(12)
     total_tokens = sum(r.max_tokens for r in result.records)
-    assert s.output_throughput * s.duration_s == pytest.approx(total_tokens)
-    assert 0 < s.ttft_ms.p50 <= s.ttft_ms.p90 <= s.ttft_ms.p99 <= s.e2e_ms.p99
-    assert s.violations.judged == 12 and {t.name for t in s.tiers} <= {"premium", "standard"}
-    met = sum(1 for r in result.records if r.outcome is Outcome.COMPLETED) * (
-        1 - s.violations.overall
-    )
-    assert s.goodput * s.duration_s == pytest.approx(met)
+    assert s.output_throughput * s.duration == pytest.approx(total_tokens)
+    assert 0 < s.ttft.p50 <= s.ttft.p90 <= s.ttft.p99 <= s.e2e.p99
+    assert s.cumulative.judged == 12 and set(result.summary.tiers) <= {"premium", "standard"}
+    met = s.completed * (1 - s.cumulative.overall)
+    assert s.goodput * s.duration == pytest.approx(met)
     assert s.goodput_vllm <= s.request_throughput

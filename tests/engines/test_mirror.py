@@ -1,10 +1,14 @@
-"""The request mirror with plain stand-ins for vLLM's requests: progress and first tokens."""
+"""The request mirror with plain stand-ins for vLLM's requests: progress, first tokens, the
+policy's view and the step's batch."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slidingserve.core.batch import BatchShape
+from slidingserve.core.kv_blocks import KVBlockManager
 from slidingserve.core.request import SLO, Phase
+from slidingserve.core.view import EngineLimits
 from slidingserve.engines.vllm.mirror import RequestMirror
 
 
@@ -57,3 +61,43 @@ def test_unknown_or_forgotten_requests_are_ignored() -> None:
     mirror.forget_all_but(set())
     mirror.note_first_token(request, 2.0)
     assert mirror.get("gone") is None
+
+
+def mirrored(*requests: StandIn) -> RequestMirror:
+    mirror = RequestMirror()
+    for request in requests:
+        mirror.add(request, SLO(1.0, 0.05))
+    return mirror
+
+
+def test_the_view_holds_the_engine_s_queues_in_their_order() -> None:
+    decoding = StandIn("d", num_computed_tokens=21, num_output_tokens=2)
+    prefilling = StandIn("p", num_prompt_tokens=100, num_computed_tokens=64)
+    held, new = StandIn("h", num_computed_tokens=16), StandIn("w")
+    mirror = mirrored(decoding, prefilling, held, new)
+    running = [prefilling, StandIn("unknown"), decoding]
+    view = mirror.view(5.0, [held, new], running, EngineLimits(), KVBlockManager(10, 16))
+    assert [r.request_id for r in view.waiting] == ["h", "w"]
+    assert [r.request_id for r in view.running] == ["p", "d"]  # no mirror, no place
+    assert [r.request_id for r in view.prefilling] == ["p"]
+    assert [r.request_id for r in view.decoding] == ["d"] and view.now == 5.0
+    assert all(r.phase is Phase.WAITING for r in view.waiting)
+    assert view.prefilling[0].num_computed == 64
+
+
+def test_the_batch_is_what_vllm_scheduled_as_the_mirrors_saw_it_before_the_step() -> None:
+    decoding = StandIn("d", num_computed_tokens=21, num_output_tokens=2)
+    prefilling = StandIn("p", num_prompt_tokens=100, num_computed_tokens=64)
+    new = StandIn("w")
+    mirror = mirrored(decoding, prefilling, new)
+    mirror.view(0.0, [new], [prefilling, decoding], EngineLimits(), KVBlockManager(10, 16))
+    prefilling.num_computed_tokens = 100  # vLLM moves on; the mirror keeps the step's start
+    shape = mirror.batch({"p": 36, "d": 1, "w": 20, "gone": 5})
+    assert shape == BatchShape((21,), ((36, 64), (20, 0)))
+
+
+def test_first_tokens_are_stamped_for_the_scheduled_requests_the_engine_holds() -> None:
+    done, waiting = StandIn("a", num_output_tokens=1), StandIn("b")
+    mirror = mirrored(done, waiting, StandIn("gone", num_output_tokens=1))
+    mirror.note_first_tokens({"a": done, "b": waiting}, ["a", "b", "gone"], 3.5)
+    assert [mirror.get(i).token_times for i in ("a", "b", "gone")] == [[3.5], [], []]  # type: ignore[union-attr]

@@ -18,4 +18,4 @@ def test_strict_slos_are_met_at_a_tenth_of_capacity(workload: str) -> None:
     bound = capacity_bound(config, HardwareConfig(), EngineLimits())
     for policy in POLICIES:
         result = simulate(SimulationSpec(policy, config), 0.1 * bound.rate, seed=7)
-        assert result.metrics.violation_rate <= 0.001, policy
+        assert result.violations.overall <= 0.001, policy

@@ -61,12 +61,12 @@ def test_a_fixed_rate_reports_its_median_run_and_every_runs_rate() -> None:
     from slidingserve.live.compare import median_row
 
     def run(violation: float, goodput: float) -> SimpleNamespace:
-        violations = SimpleNamespace(overall=violation, ttft=violation / 2, tbt=violation)
+        cumulative = SimpleNamespace(overall=violation, ttft=violation / 2, tbt=violation)
         per_gap = SimpleNamespace(overall=2 * violation)
         return SimpleNamespace(
-            violations=violations,
-            violations_per_gap=per_gap,
-            itl_ms=SimpleNamespace(p99=1000 * violation),
+            cumulative=cumulative,
+            per_gap=per_gap,
+            itl=SimpleNamespace(p99=violation),  # seconds; the row has ms
             goodput=goodput,
             goodput_vllm=goodput,
             failed=0,

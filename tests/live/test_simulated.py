@@ -9,17 +9,10 @@ from pathlib import Path
 import pytest
 from factories import STEP_BASE, STEP_PER_DECODE, linear_engine_steps
 
-from slidingserve.bench.metrics import verdict
 from slidingserve.cli import main
 from slidingserve.core.batch import BatchShape
-from slidingserve.core.request import SLO, Request
-from slidingserve.live.compare import STRICT_TBT_MS, LiveSettings
-from slidingserve.live.simulated import (
-    SimulatedEngine,
-    _record,
-    simulate_comparison,
-    simulated_policy,
-)
+from slidingserve.live.compare import STRICT_TBT, LiveSettings, calibrate
+from slidingserve.live.simulated import SimulatedTrials, simulate_comparison, simulated_policy
 from slidingserve.predictor import batch_features
 from slidingserve.predictor.calibration import DEFAULT_SAMPLES
 from slidingserve.predictor.steps import save_engine_steps
@@ -42,7 +35,7 @@ def test_a_bad_policy_fails_before_any_run() -> None:
 
 def test_planning_policies_share_a_fitted_predictor_not_the_engine_s_own() -> None:
     steps = linear_engine_steps(noise=0.2)
-    engine = SimulatedEngine(steps, SETTINGS)
+    engine = SimulatedTrials(steps, SETTINGS)
     sliding, qoserve = engine.policy_context("slidingserve"), engine.policy_context("qoserve")
     assert sliding.predictor is not None and sliding.predictor is not engine.latency.predictor
     assert qoserve.predictor is sliding.predictor and qoserve.profile is sliding.profile
@@ -58,10 +51,10 @@ def test_planning_policies_share_a_fitted_predictor_not_the_engine_s_own() -> No
 
 def test_the_calibration_is_the_same_for_the_same_seed() -> None:
     steps = linear_engine_steps(noise=0.2)
-    first = SimulatedEngine(steps, SETTINGS).calibration
-    assert first == SimulatedEngine(steps, SETTINGS).calibration
+    first = SimulatedTrials(steps, SETTINGS).calibration
+    assert first == SimulatedTrials(steps, SETTINGS).calibration
     other_seed = dataclasses.replace(SETTINGS, seed=2)
-    assert first.batches != SimulatedEngine(steps, other_seed).calibration.batches
+    assert first.batches != SimulatedTrials(steps, other_seed).calibration.batches
 
 
 def test_compare_simulate_runs_qoserve_beside_slidingserve(
@@ -97,10 +90,10 @@ def test_compare_simulate_runs_qoserve_beside_slidingserve(
 
 def test_calibration_follows_the_live_rule_on_the_engine_s_unloaded_step() -> None:
     # Unloaded, each step runs one decode: TPOT = base + one decode's cost.
-    engine = SimulatedEngine(linear_engine_steps(), SETTINGS)
-    unloaded_ms = (STEP_BASE + STEP_PER_DECODE) * 1000
-    expected = SETTINGS.tbt_headroom * unloaded_ms / STRICT_TBT_MS
-    assert engine.calibrate() == pytest.approx(expected, rel=0.05)
+    engine = SimulatedTrials(linear_engine_steps(), SETTINGS)
+    unloaded = STEP_BASE + STEP_PER_DECODE
+    expected = SETTINGS.tbt_headroom * unloaded / STRICT_TBT
+    assert calibrate(engine, SETTINGS) == pytest.approx(expected, rel=0.05)
 
 
 def test_rows_for_every_policy_and_rate_and_load_costs_deadlines() -> None:
@@ -135,18 +128,6 @@ def test_a_fixed_scale_is_used_as_given() -> None:
     settings = dataclasses.replace(SETTINGS, slo_scale=0.3)
     result = simulate_comparison(linear_engine_steps(), settings, ["vllm"], [1.0])
     assert result.slo_scale == 0.3
-
-
-def test_a_simulated_request_is_judged_as_a_streamed_one() -> None:
-    # Arrives at 1 s; TTFT 0.5 s, TBT 0.1 s: tokens due at 1.5, 1.6, 1.7 s.
-    request = Request("r0", 1.0, 10, 3, SLO(ttft=0.5, tbt=0.1))
-    request.token_times = [1.4, 1.59, 1.69]
-    on_time = verdict(_record(request))
-    assert on_time is not None and on_time.tbt is False and on_time.ttft is False
-    assert on_time.tbt_per_gap is True  # the 0.19 s gap, though every deadline held
-    request.token_times = [1.55, 1.6, 1.75]
-    late = verdict(_record(request))
-    assert late is not None and late.ttft is True and late.tbt is True
 
 
 def test_compare_simulate_prints_the_predicted_table(

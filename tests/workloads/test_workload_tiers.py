@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from slidingserve.core import SLO
-from slidingserve.sim.metrics import metrics_by_tier
+from slidingserve.metrics import measure_tiers
 from slidingserve.sim.runner import SimulationSpec, simulate, violation_for
 from slidingserve.workloads import (
     Tier,
@@ -71,16 +71,16 @@ def test_per_tier_metrics_and_goodput_criteria() -> None:
     workload = WorkloadConfig("sharegpt", 120, tiers=get_tier_mix("premium-standard"))
     result = simulate(SimulationSpec("sarathi-edf", workload), 2.6, 0)
     assert set(result.tiers) == {"premium", "standard"}
-    assert sum(m.num_requests for m in result.tiers.values()) == 120
+    assert sum(m.requests for m in result.tiers.values()) == 120
     worst = violation_for(result, "worst-tier")
-    assert worst == max(m.violation_rate for m in result.tiers.values())
-    assert violation_for(result, "tier:premium") == result.tiers["premium"].violation_rate
+    assert worst == max(m.cumulative.overall for m in result.tiers.values())
+    assert violation_for(result, "tier:premium") == result.tiers["premium"].cumulative.overall
     with pytest.raises(ValueError, match="unknown goodput criterion"):
         violation_for(result, "tier:gold")
 
 
 def test_criteria_other_than_overall_need_tiers() -> None:
     result = simulate(SimulationSpec("sarathi", WorkloadConfig("sharegpt", 20)), 1.0, 0)
-    assert metrics_by_tier([]) == {}
+    assert measure_tiers([], 1.0) == {}
     with pytest.raises(ValueError, match="needs a workload with SLO tiers"):
         violation_for(result, "worst-tier")

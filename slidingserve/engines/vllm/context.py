@@ -1,5 +1,5 @@
 """What the adapter starts a policy with: the live predictor and, for policies that fit a
-model of their own (`needs_profile`), the timed batches to fit it to.
+model of their own (`needs_profile`), the timed batches to fit it to (`build_policy`).
 
 The batches are the measured ones that `slidingserve profile` saved in the predictor file
 (`predictor/io.py`), the same the shared predictor was fitted to. Only when the file holds
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from slidingserve.core.batch import TimedBatch
+from slidingserve.policies import PolicyContext, get_policy_class
 from slidingserve.predictor import (
     BatchLatencyPredictor,
     LinearModel,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from slidingserve.core.view import EngineLimits
+    from slidingserve.policies import Policy
     from slidingserve.predictor import Features, OnlineLearner, Scenario
 
 logger = logging.getLogger(__name__)
@@ -56,13 +58,29 @@ class LivePredictor:
         return self.learner.predictor.predict_features(scenario, x)
 
 
-def starting_point(settings: Mapping[str, Any]) -> StartingPoint:
-    """The predictor (and its batches) of the adapter setting `predictor`, if given."""
-    path = settings.get("predictor")
+def starting_point(path: str | None) -> StartingPoint:
+    """The predictor (and its batches) of the predictor file `path`, or the starting guess."""
     if not path:
         return StartingPoint(BatchLatencyPredictor.single(STARTING_GUESS), (), "the starting guess")
     loaded = load_predictor(str(path))
     return StartingPoint(loaded.predictor, loaded.batches, str(path))
+
+
+def build_policy(
+    name: str,
+    options: Mapping[str, Any],
+    limits: EngineLimits,
+    learner: OnlineLearner,
+    start: StartingPoint,
+) -> Policy:
+    """The policy `name` with `options`, predicting with the learner's current predictor and,
+    if it fits a model of its own, fitted to `policy_profile(start, ...)`."""
+    policy_class = get_policy_class(name)
+    profile: tuple[TimedBatch, ...] = ()
+    if policy_class.needs_profile:
+        profile = policy_profile(start, limits, name)
+    context = PolicyContext(limits, LivePredictor(learner), profile)
+    return policy_class.from_options(context, options)
 
 
 def policy_profile(

@@ -1,14 +1,24 @@
 """The project's view of vLLM's requests: one core `Request` mirrored per vLLM request.
 
+Each step the mirrors are synced to vLLM's queues into the policy's `SchedulerView`
+(`view`), and what vLLM then scheduled is read back through them as the step's `BatchShape`
+(`batch`); both are built by the core constructors the simulator uses too.
 No vLLM import: the mirror reads only attributes every vLLM v1 `Request` has, so it can
 be tested with plain stand-ins.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from slidingserve.core.batch import BatchShape
 from slidingserve.core.request import SLO, Phase, Request
+from slidingserve.core.view import SchedulerView
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from slidingserve.core.view import EngineLimits, KVView
 
 
 class EngineRequest(Protocol):
@@ -56,6 +66,42 @@ class RequestMirror:
         mirror.num_generated = request.num_output_tokens
         mirror.phase = phase_of(request, waiting)
         return mirror
+
+    def view(
+        self,
+        now: float,
+        waiting: Iterable[EngineRequest],
+        running: Iterable[EngineRequest],
+        limits: EngineLimits,
+        kv: KVView,
+    ) -> SchedulerView:
+        """The policy's view of the engine's queues, in their order, at `now` (wall clock,
+        seconds), after syncing every mirror; requests without a mirror are left out."""
+        waiting_mirrors = self._synced(waiting, waiting=True)
+        running_mirrors = self._synced(running, waiting=False)
+        return SchedulerView.from_queues(now, waiting_mirrors, running_mirrors, limits, kv)
+
+    def _synced(self, requests: Iterable[EngineRequest], waiting: bool) -> list[Request]:
+        return [m for r in requests if (m := self.sync(r, waiting)) is not None]
+
+    def batch(self, scheduled: Mapping[str, int]) -> BatchShape:
+        """The batch of `scheduled` (request id: tokens), by phase as the mirrors saw it when
+        last synced (before the step); requests without a mirror are left out."""
+        return BatchShape.from_chunks(
+            (mirror, int(tokens))
+            for request_id, tokens in scheduled.items()
+            if (mirror := self._mirrors.get(request_id)) is not None
+        )
+
+    def note_first_tokens(
+        self, requests: Mapping[str, EngineRequest], scheduled: Iterable[str], now: float
+    ) -> None:
+        """`note_first_token` for each request of `scheduled` the engine still holds in
+        `requests` (by id): called right after the model step."""
+        for request_id in scheduled:
+            request = requests.get(request_id)
+            if request is not None:
+                self.note_first_token(request, now)
 
     def note_first_token(self, request: EngineRequest, now: float) -> None:
         """Record `now` (wall clock, seconds) as the time of the request's first token, if it

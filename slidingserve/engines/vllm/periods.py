@@ -15,7 +15,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from slidingserve.core.batch import BatchShape, TimedBatch
-from slidingserve.predictor.steps import EngineSteps, save_engine_steps
+from slidingserve.predictor.steps import MIN_STEPS, EngineSteps, save_engine_steps
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -46,6 +46,12 @@ class PeriodRecorder:
     def engine_idle(self) -> None:
         """Nothing is left to run: the time until the next step is waiting, not working."""
         self._open = None
+
+    @property
+    def due(self) -> bool:
+        """Whether a save would write something new, in a file long enough to load
+        (`MIN_STEPS` periods)."""
+        return self.unsaved > 0 and len(self.periods) >= MIN_STEPS
 
     def save(self, path: Path, engine: str, max_model_len: int, kv_blocks: int,
              limits: EngineLimits) -> None:  # fmt: skip

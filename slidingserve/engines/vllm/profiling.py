@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from slidingserve.engines.vllm.runtime import (
+    CPU_ENGINE_LIMITS,
     adapter_kwargs,
     engine_kwargs,
     prepare_offline_process,
@@ -26,7 +27,6 @@ from slidingserve.predictor.calibration import fit_batches
 from slidingserve.predictor.steps import EngineSteps
 
 if TYPE_CHECKING:
-    from slidingserve.core.batch import TimedBatch
     from slidingserve.predictor import FitResult
 
 
@@ -47,24 +47,16 @@ ROUNDS = (
 """Traffic that covers the shapes a scheduler produces (lengths relative to the context)."""
 
 
-class EngineProfile(NamedTuple):
-    fit: FitResult  # the predictor and its training and held-out accuracy
-    steps: EngineSteps  # every timed step, with the engine's facts (to simulate it)
-
-    @property
-    def batches(self) -> list[TimedBatch]:
-        return list(self.steps.batches)
-
-
 def profile_engine(
     model: str,
     *,
     seed: int = 0,
     repeats: int = 3,
-    max_num_batched_tokens: int = 256,
-    max_num_seqs: int = 64,
-) -> EngineProfile:
-    """Run `ROUNDS` `repeats` times on `model` and fit the predictor to the timed steps."""
+    max_num_batched_tokens: int = CPU_ENGINE_LIMITS.max_num_batched_tokens,
+    max_num_seqs: int = CPU_ENGINE_LIMITS.max_num_seqs,
+) -> EngineSteps:
+    """Run `ROUNDS` `repeats` times on `model`; every timed step, with the engine's facts
+    (`save_profile` fits the predictor to them)."""
     require_vllm()
     prepare_offline_process()
     from vllm import LLM, SamplingParams
@@ -91,18 +83,16 @@ def profile_engine(
             ]
             params = SamplingParams(max_tokens=round_.output_tokens, ignore_eos=True)
             llm.generate(prompts, params, use_tqdm=False)
-    batches = list(scheduler.samples)
     config = llm.llm_engine.vllm_config
-    steps = EngineSteps(
+    return EngineSteps(
         engine=f"{Path(model).name} on vllm-{vllm_version()}",
         max_model_len=context,
         kv_blocks=int(config.cache_config.num_gpu_blocks),
         block_size=int(config.cache_config.block_size),
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
-        batches=tuple(batches),
+        batches=tuple(scheduler.timer.samples),
     )
-    return EngineProfile(fit_batches(batches, seed), steps)
 
 
 def save_profile(

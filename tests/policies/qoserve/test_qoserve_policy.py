@@ -190,8 +190,8 @@ def test_a_light_sharegpt_load_meets_its_slos() -> None:
     from slidingserve.workloads import WorkloadConfig
 
     result = simulate(SimulationSpec("qoserve", WorkloadConfig("sharegpt", 100)), 1.0, 0)
-    assert result.metrics.num_requests == 100
-    assert result.metrics.violation_rate <= 0.01
+    assert result.metrics.requests == 100
+    assert result.violations.overall <= 0.01
 
 
 def test_the_config_type_is_registered() -> None:

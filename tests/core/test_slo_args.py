@@ -1,11 +1,17 @@
-"""SLO arguments of the API, without vLLM."""
+"""SLO arguments of the API (`extra_args`, `vllm_xargs`), read and written."""
 
 from __future__ import annotations
 
 import pytest
 
 from slidingserve.core import SLO
-from slidingserve.engines.vllm.slo_args import SLOArgumentError, SLODefaults, parse_slo_args
+from slidingserve.core.slo_args import (
+    DEFAULT_SLO,
+    SLOArgumentError,
+    SLODefaults,
+    parse_slo_args,
+    to_slo_args,
+)
 
 DEFAULTS = SLODefaults(ttft_ms=2000, tbt_ms=50)
 
@@ -45,3 +51,25 @@ def test_invalid_values_are_rejected_with_a_clear_message(
 def test_invalid_defaults_are_rejected() -> None:
     with pytest.raises(SLOArgumentError):
         SLODefaults(ttft_ms=-1)
+
+
+def test_the_default_slo_is_two_seconds_to_the_first_token_and_50_ms_a_token() -> None:
+    assert parse_slo_args(None, DEFAULT_SLO) == SLO(2.0, 0.05)
+
+
+def test_written_in_milliseconds_without_float_noise() -> None:
+    assert to_slo_args(SLO(2.0 * 0.7, 0.05 * 3)) == {
+        "ttft_ms": 1400.0,
+        "tbt_ms": 150.0,
+        "protected": 0,
+    }
+
+
+@pytest.mark.parametrize(
+    "slo",
+    [SLO(1.4, 0.15), SLO(0.25, 0.0125, protected=True, tier="premium"), SLO(3600.0, 0.001)],
+)
+def test_what_is_written_reads_back_as_the_same_slo(slo: SLO) -> None:
+    other = SLODefaults(ttft_ms=900, tbt_ms=70, protected=True, tier="default")
+    read = parse_slo_args(to_slo_args(slo), other)
+    assert read == SLO(slo.ttft, slo.tbt, slo.protected, slo.tier or "default")

@@ -1,0 +1,151 @@
+"""`compare`'s procedure on a fake `Trials`: names checked first, the SLO scale calibrated
+once inside the first policy's server, repeats by consecutive seeds, median rows, searches
+judged by the median."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import pytest
+
+from slidingserve.eval.goodput import SearchSettings
+from slidingserve.live.compare import LiveComparison, LiveSettings, compare
+from slidingserve.metrics import Percentiles, RunMetrics, ViolationRates
+from slidingserve.workloads import WorkloadConfig
+
+SETTINGS = LiveSettings("unused", seed=10, repeats=3, search=SearchSettings(precision=0.05))
+
+
+def metrics(violation: float, goodput: float = 5.0) -> RunMetrics:
+    """A run whose requests missed their deadlines in share `violation`."""
+    latency = Percentiles(0.01, 0.01, 0.02, 0.03)
+    rates = ViolationRates(100, violation, violation / 2, violation)
+    return RunMetrics(
+        completed=100,
+        failed=0,
+        cancelled=0,
+        duration=10.0,
+        request_throughput=10.0,
+        output_throughput=100.0,
+        ttft=latency,
+        tpot=latency,
+        itl=latency,
+        e2e=latency,
+        cumulative=rates,
+        per_gap=dataclasses.replace(rates, overall=min(1.0, 2 * violation)),
+        goodput=goodput,
+        goodput_per_gap=goodput,
+        goodput_vllm=goodput,
+    )
+
+
+class FakeTrials:
+    """Policies with a capacity each: above it every request is late. Seed 11 is a noisy
+    run that loses 5% of its requests at any rate."""
+
+    venue = "the fake"
+    goodput_label = "fake goodput"
+    capacity: ClassVar[dict[str, float]] = {"good": 20.0, "poor": 5.0}
+
+    def __init__(self, settings: LiveSettings) -> None:
+        self.settings = settings
+        self.events: list[tuple[object, ...]] = []
+        self.serving_now: str | None = None
+
+    def check(self, policy: str) -> None:
+        if policy not in self.capacity:
+            raise ValueError(f"unknown policy {policy!r}")
+        self.events.append(("check", policy))
+
+    @contextlib.contextmanager
+    def serving(self, policy: str) -> Iterator[None]:
+        self.events.append(("start", policy))
+        self.serving_now = policy
+        yield
+        self.serving_now = None
+        self.events.append(("stop", policy))
+
+    def probe(self, workload: WorkloadConfig, rate: float, seed: int) -> RunMetrics:
+        self.events.append(("probe", self.serving_now, workload, rate, seed))
+        return metrics(0.0)  # TPOT 10 ms: the strict preset's 50 ms TBT at 3 × 10 ms
+
+    def run(self, policy: str, rate: float, seed: int, scale: float) -> RunMetrics:
+        assert self.serving_now == policy
+        self.events.append(("run", policy, rate, seed, scale))
+        noise = 0.05 if seed == 11 else 0.0
+        return metrics(1.0 if rate > self.capacity[policy] else noise, goodput=rate)
+
+
+def run(
+    policies: list[str], rates: list[float], search: bool = False, **changes: Any
+) -> tuple[FakeTrials, list[str], LiveComparison]:
+    made: list[FakeTrials] = []
+    said: list[str] = []
+
+    def trials(settings: LiveSettings) -> FakeTrials:
+        made.append(FakeTrials(settings))
+        return made[0]
+
+    settings = dataclasses.replace(SETTINGS, **changes)
+    result = compare(settings, policies, rates, search, said.append, trials)
+    return made[0], said, result
+
+
+def test_the_scale_is_calibrated_once_in_the_first_server_and_every_rate_repeated() -> None:
+    fake, said, result = run(["good", "poor"], [4.0, 8.0])
+    runs = [event for event in fake.events if event[0] == "run"]
+    light = WorkloadConfig("sharegpt", 12, slo_scale=100.0)  # SLOs nobody misses
+    assert fake.events[:4] == [("check", "good"), ("check", "poor"), ("start", "good"),
+                               ("probe", "good", light, 0.5, 10)]  # fmt: skip
+    assert [event[0] for event in fake.events].count("probe") == 1
+    assert [event[3] for event in runs] == [10, 11, 12] * 4  # seeds seed, seed + 1, ...
+    # The strict preset's 50 ms TBT becomes 3 × the light run's 10 ms TPOT: scale 0.6.
+    assert result.slo_scale == pytest.approx(0.6)
+    assert {event[4] for event in runs} == {result.slo_scale}
+    assert fake.events[-1] == ("stop", "poor")
+    assert said == ["SLO scale for the fake: 0.600"]
+
+
+def test_rows_are_the_median_runs() -> None:
+    _, _, result = run(["good", "poor"], [4.0, 8.0])
+    rows = {(row.policy, row.rate): row for row in result.rows}
+    assert rows["good", 4.0].violation_rate == 0.0  # the noisy seed is not the median
+    assert rows["good", 4.0].violation_runs == (0.0, 0.0, 0.05)
+    assert rows["poor", 8.0].violation_rate == 1.0
+    assert rows["poor", 8.0].per_gap_violation_rate == 1.0
+    assert rows["good", 8.0].itl_p99_ms == pytest.approx(30.0)
+    assert rows["good", 8.0].goodput == 8.0
+
+
+def test_a_given_scale_is_used_without_calibration() -> None:
+    fake, said, result = run(["poor"], [1.0], slo_scale=0.5)
+    assert "probe" not in [event[0] for event in fake.events] and said == []
+    assert {event[4] for event in fake.events if event[0] == "run"} == {0.5}
+    assert result.slo_scale == 0.5
+
+
+def test_the_search_finds_each_capacity_by_the_median_of_the_repeats() -> None:
+    _, said, result = run(["good", "poor"], [2.0], search=True)
+    goodput = result.goodput
+    assert goodput["good"].goodput == pytest.approx(20.0, rel=0.06)
+    assert goodput["poor"].goodput == pytest.approx(5.0, rel=0.06)
+    assert goodput["good"].goodput <= 20.0 and goodput["poor"].goodput <= 5.0
+    assert said[1:] == [f"good: fake goodput {goodput['good'].goodput:.2f} req/s",
+                        f"poor: fake goodput {goodput['poor'].goodput:.2f} req/s"]  # fmt: skip
+
+
+def test_a_bad_policy_fails_before_any_server_starts() -> None:
+    made: list[FakeTrials] = []
+
+    def trials(settings: LiveSettings) -> FakeTrials:
+        made.append(FakeTrials(settings))
+        return made[0]
+
+    with pytest.raises(ValueError, match="unknown policy 'fifo'"):
+        compare(SETTINGS, ["good", "fifo"], [1.0], trials=trials)
+    assert made[0].events == [("check", "good")]
+    with pytest.raises(ValueError, match="no policy to compare"):
+        compare(SETTINGS, [], [1.0], trials=trials)
