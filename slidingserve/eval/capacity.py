@@ -56,14 +56,14 @@ def capacity_bound(
     tokens = prompt + output - 1  # the last prefill step emits the first token
     seconds = (
         token_seconds * tokens
-        + _least_prefill_attention(latency, sample.prompt_lens, limits.max_num_batched_tokens)
-        + _decode_attention(latency, prompt, output)
+        + least_prefill_attention(latency, sample.prompt_lens, limits.max_num_batched_tokens)
+        + least_decode_attention(latency, prompt, output)
     )
     mean = float(seconds.mean())
     return CapacityBound(1.0 / mean, mean, token_seconds, int(sizes[best]))
 
 
-def _least_prefill_attention(
+def least_prefill_attention(
     latency: GroundTruthLatency, prompts: np.ndarray, max_chunk: int
 ) -> np.ndarray:
     """Per request, a lower bound on the attention time of its prefill over every chunking.
@@ -88,7 +88,7 @@ def _least_prefill_attention(
     return best
 
 
-def _decode_attention(
+def least_decode_attention(
     latency: GroundTruthLatency, prompt: np.ndarray, output: np.ndarray
 ) -> np.ndarray:
     """Per request, decode attention at its per-token cost (affine in the context)."""

@@ -63,12 +63,12 @@ def test_a_budget_smaller_than_any_usual_chunk_still_has_a_bound() -> None:
 def test_least_prefill_attention_beats_every_equal_chunking() -> None:
     import numpy as np
 
-    from slidingserve.eval.capacity import _least_prefill_attention
+    from slidingserve.eval.capacity import least_prefill_attention
     from slidingserve.sim.hardware import GroundTruthLatency
 
     latency = GroundTruthLatency(HardwareConfig(noise=0.0))
     prompt = 1500
-    bound = float(_least_prefill_attention(latency, np.array([prompt]), 2048)[0])
+    bound = float(least_prefill_attention(latency, np.array([prompt]), 2048)[0])
     for chunks in range(1, 80):
         sizes = [prompt // chunks + (k < prompt % chunks) for k in range(chunks)]
         cached = np.concatenate(([0], np.cumsum(sizes)[:-1]))
