@@ -10,62 +10,19 @@ from pathlib import Path
 from slidingserve import __version__
 from slidingserve.cli_bench import add_bench_command
 from slidingserve.cli_commands import run_goodput, run_list, run_predictor, run_simulate
+from slidingserve.cli_diagnose import add_diagnose_command
 from slidingserve.cli_engine import add_engine_commands
-from slidingserve.cli_flags import add_workload_flags
-from slidingserve.core.view import EngineLimits
+from slidingserve.cli_flags import add_common_flags as _add_common
+from slidingserve.cli_flags import comma_list as _comma_list
+from slidingserve.cli_flags import positive_float as _positive_float
+from slidingserve.cli_regimes import add_regimes_command
 from slidingserve.engines.vllm.runtime import VllmMissingError
 from slidingserve.eval.experiment import GoodputExperiment
 from slidingserve.eval.goodput import SearchSettings
-from slidingserve.sim.hardware import HardwareConfig
 
 # Help texts state the defaults of the configs themselves, so the two cannot drift.
-HARDWARE = HardwareConfig()
-LIMITS = EngineLimits()
 EXPERIMENT = GoodputExperiment()
 SEARCH = SearchSettings()
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
-def _comma_list(text: str) -> tuple[str, ...]:
-    return tuple(item.strip() for item in text.split(",") if item.strip())
-
-
-def _add_common(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("setup (override the --config file)")
-    group.add_argument("--config", type=Path, help="TOML settings file (see README)")
-    group.add_argument("--gpu", help=f"GPU of the simulated replica (default {HARDWARE.gpu})")
-    group.add_argument("--model", help=f"model served (default {HARDWARE.model})")
-    group.add_argument("--tp", type=int, help=f"tensor-parallel degree (default {HARDWARE.tp})")
-    group.add_argument(
-        "--noise", type=float, help=f"relative noise on iteration times ({HARDWARE.noise})"
-    )
-    group.add_argument(
-        "--max-num-batched-tokens",
-        type=int,
-        help=f"engine token budget ({LIMITS.max_num_batched_tokens})",
-    )
-    group.add_argument(
-        "--max-num-seqs", type=int, help=f"engine batch-size cap ({LIMITS.max_num_seqs})"
-    )
-    group.add_argument(
-        "--requests",
-        type=int,
-        help=f"requests per simulated run (simulate 1000, goodput {EXPERIMENT.num_requests})",
-    )
-    add_workload_flags(group)
-    group.add_argument("--tbt-reading", help="TBT violations: cumulative or per-gap")
-    group.add_argument(
-        "--set",
-        action="append",
-        metavar="POLICY.OPTION=VALUE",
-        help="a policy option, e.g. sarathi.chunk_size=256 (repeatable)",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(handler=run_list)
     add_engine_commands(commands)
     add_bench_command(commands)
+    add_diagnose_command(commands)
+    add_regimes_command(commands)
     return parser
 
 

@@ -1,9 +1,67 @@
-"""Command-line flags shared by the commands that build a workload (simulate, goodput, bench)."""
+"""Command-line flags shared by the commands: those that build a workload (simulate, goodput,
+diagnose, bench) and the setup of a simulation (simulate, goodput, predictor, diagnose)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
+
+from slidingserve.core.view import EngineLimits
+from slidingserve.eval.experiment import GoodputExperiment
+from slidingserve.sim.hardware import HardwareConfig
+
+# Help texts state the defaults of the configs themselves, so the two cannot drift.
+HARDWARE = HardwareConfig()
+LIMITS = EngineLimits()
+EXPERIMENT = GoodputExperiment()
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number > 0."""
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def comma_list(text: str) -> tuple[str, ...]:
+    """An argparse type: `a,b` as ("a", "b"), blanks dropped."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    """The setup of a simulated run (hardware, engine, workload, policy options, --config)."""
+    group = parser.add_argument_group("setup (override the --config file)")
+    group.add_argument("--config", type=Path, help="TOML settings file (see README)")
+    group.add_argument("--gpu", help=f"GPU of the simulated replica (default {HARDWARE.gpu})")
+    group.add_argument("--model", help=f"model served (default {HARDWARE.model})")
+    group.add_argument("--tp", type=int, help=f"tensor-parallel degree (default {HARDWARE.tp})")
+    group.add_argument(
+        "--noise", type=float, help=f"relative noise on iteration times ({HARDWARE.noise})"
+    )
+    group.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        help=f"engine token budget ({LIMITS.max_num_batched_tokens})",
+    )
+    group.add_argument(
+        "--max-num-seqs", type=int, help=f"engine batch-size cap ({LIMITS.max_num_seqs})"
+    )
+    group.add_argument(
+        "--requests",
+        type=int,
+        help="requests per simulated run "
+        f"(simulate and diagnose 1000, goodput {EXPERIMENT.num_requests})",
+    )
+    add_workload_flags(group)
+    group.add_argument("--tbt-reading", help="TBT violations: cumulative or per-gap")
+    group.add_argument(
+        "--set",
+        action="append",
+        metavar="POLICY.OPTION=VALUE",
+        help="a policy option, e.g. sarathi.chunk_size=256 (repeatable)",
+    )
 
 
 def add_workload_flags(group: Any) -> None:

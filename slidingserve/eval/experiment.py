@@ -242,10 +242,23 @@ def _run_curve_point(task: _CurveTask) -> CurvePoint:
     )
 
 
-def run_experiment(
-    experiment: GoodputExperiment, progress: Progress | None = None
-) -> ExperimentResult:
-    """Run every search, then the curves; `progress` hears of each finished task."""
+@dataclass(frozen=True)
+class _Searches:
+    """An experiment's goodput searches: one task per (policy, workload, seed)."""
+
+    experiment: GoodputExperiment
+    bounds: dict[str, CapacityBound]
+    keys: list[tuple[str, str, int]]  # (policy, workload, seed) of each task
+    tasks: list[_SearchTask]
+
+    def rows(self, outcomes: Sequence[dict[str, SearchOutcome]]) -> list[GoodputRow]:
+        """The goodput rows, given the outcomes of `tasks` in their order."""
+        estimates = dict(zip(self.keys, outcomes, strict=True))
+        return _rows(self.experiment, self.bounds, estimates)
+
+
+def _plan_searches(experiment: GoodputExperiment, calibration: Calibration | None) -> _Searches:
+    """Each search starts at half the capacity bound of its workload."""
     bounds = {
         name: capacity_bound(
             experiment.workload_config(name), experiment.hardware, experiment.limits
@@ -258,7 +271,6 @@ def run_experiment(
         for policy in experiment.policies
         for seed in experiment.seeds
     ]
-    calibration = _shared_calibration(experiment)
     tasks = [
         _SearchTask(
             experiment.spec(p, w, calibration),
@@ -269,12 +281,42 @@ def run_experiment(
         )
         for p, w, s in keys
     ]
+    return _Searches(experiment, bounds, keys, tasks)
+
+
+def run_experiment(
+    experiment: GoodputExperiment, progress: Progress | None = None
+) -> ExperimentResult:
+    """Run every search, then the curves; `progress` hears of each finished task."""
+    calibration = _shared_calibration(experiment)
+    searches = _plan_searches(experiment, calibration)
     with _executor(experiment.worker_count) as pool:
-        estimates = _map(pool, _run_search, tasks, progress)
-        rows = _rows(experiment, bounds, dict(zip(keys, estimates, strict=True)))
+        rows = searches.rows(_map(pool, _run_search, searches.tasks, progress))
         curve_tasks = _curve_tasks(experiment, rows, calibration)
         curve = _map(pool, _run_curve_point, curve_tasks, progress)
-    return ExperimentResult(experiment, bounds, rows, curve)
+    return ExperimentResult(experiment, searches.bounds, rows, curve)
+
+
+def run_searches(
+    experiments: Sequence[GoodputExperiment], workers: int, progress: Progress | None = None
+) -> list[ExperimentResult]:
+    """The goodput searches of several experiments in one pool of `workers` processes, so
+    that no experiment waits for another's slowest search; no violation curves (their
+    `curve_points` are ignored). Results in the order of `experiments`; `progress` hears of
+    each finished search."""
+    plans = [_plan_searches(e, _shared_calibration(e)) for e in experiments]
+    with _executor(workers) as pool:
+        tasks = [task for plan in plans for task in plan.tasks]
+        outcomes = iter(_map(pool, _run_search, tasks, progress))
+    return [
+        ExperimentResult(
+            plan.experiment,
+            plan.bounds,
+            plan.rows(list(itertools.islice(outcomes, len(plan.tasks)))),
+            [],
+        )
+        for plan in plans
+    ]
 
 
 def task_count(experiment: GoodputExperiment) -> int:

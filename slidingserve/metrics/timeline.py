@@ -134,6 +134,21 @@ class Timeline:
         """The deadlines this request missed; None when it was cancelled (not judged)."""
         return self.read().verdict
 
+    def first_late_token(self, reading: TbtReading) -> int | None:
+        """Index of the first output token that missed its deadline under `reading` (0: the
+        first token; the count of received tokens: a failed request's first missing one);
+        None if none did or the request was cancelled. Not None exactly when the verdict
+        says it violated under `reading`."""
+        if self.outcome is Outcome.CANCELLED:
+            return None
+        times = self.token_times
+        late, gap_late = self._late_masks(times)
+        if reading is TbtReading.PER_GAP and late.size:
+            late = np.concatenate((late[:1], gap_late))
+        if late.any():
+            return int(np.argmax(late))
+        return times.size if self.outcome is Outcome.FAILED or times.size == 0 else None
+
     def meets_vllm_goodput(self) -> bool:
         """vLLM's `--goodput ttft:L_ttft tpot:L_tbt` test with the request's own SLO (a
         one-token request has TPOT 0)."""
@@ -177,13 +192,21 @@ class Timeline:
             return None
         if times.size == 0:
             return Verdict(ttft=True, tbt=False, tbt_per_gap=False)
-        late = times > self.slo.deadline(self.arrival, np.arange(times.size))
+        late, gap_late = self._late_masks(times)
         missing = self.outcome is Outcome.FAILED
         return Verdict(
             ttft=bool(late[0]),
             tbt=bool(late[1:].any()) or missing,
-            tbt_per_gap=bool((np.diff(times) > self.slo.tbt).any()) or missing,
+            tbt_per_gap=bool(gap_late.any()) or missing,
         )
+
+    def _late_masks(
+        self, times: npt.NDArray[np.float64]
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+        """For tokens that arrived at `times`: which are past their deadline (eq. 1), and
+        which of the gaps between consecutive tokens exceed L_tbt (gap k: before token k+1)."""
+        late = times > self.slo.deadline(self.arrival, np.arange(times.size))
+        return late, np.diff(times) > self.slo.tbt
 
 
 class Reading(NamedTuple):

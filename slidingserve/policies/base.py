@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from slidingserve.core.batch import BatchShape, TimedBatch
@@ -103,6 +103,17 @@ class Policy(ABC):
         """Simulator only: called instead of `on_iteration_end` for a fast-forwarded run of
         decode-only iterations, each with `num_decodes` decodes; `durations` in seconds.
         Default: no-op."""
+
+
+@runtime_checkable
+class ReportsRelegations(Protocol):
+    """Optional, for diagnosis: a policy that relegates requests it judges hopeless to the
+    back of its order (QoServe's eager relegation) says which ones it holds relegated."""
+
+    def relegated_ids(self) -> Collection[str]:
+        """Ids of the requests relegated and still queued or running, read right after a
+        `schedule` call (a relegation made in that call included)."""
+        ...
 
 
 def build_config(config_type: type[Any], options: Mapping[str, Any], owner: str) -> Any:

@@ -9,7 +9,7 @@ iterations at low load, and the policy's decision there is fixed by the contract
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -21,6 +21,7 @@ from slidingserve.core.request import Phase
 from slidingserve.core.view import EngineLimits
 from slidingserve.policies.base import IterationRecord
 from slidingserve.sim.state import EngineState
+from slidingserve.sim.tracing import RequestTrace, RequestTracer, decode_run_slacks
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 
 FAST_FORWARD_MAX_STEPS = 4096
 """Longest decode-only run simulated in one vectorised step (bounds array sizes)."""
+
+DECODE_RUN = "decode-run"
+"""The path of the iterations of a fast-forwarded decode-only run (no plan was asked for)."""
 
 MAX_PREEMPTIONS_PER_REQUEST = 1000
 """Beyond this many preemptions per request on average the engine is thrashing: a bug."""
@@ -64,7 +68,9 @@ class SimulatorOptions:
     limits: EngineLimits = EngineLimits()
     fast_forward: bool = True  # vectorise decode-only stretches (exact up to float rounding)
     validate_plans: bool = True  # check every plan against the engine limits
-    record_iterations: bool = False  # keep (start, duration, tokens, decodes) per iteration
+    record_iterations: bool = False  # keep an IterationLog per iteration
+    trace_requests: bool = False  # keep a RequestTrace per request (first chunk, preemptions,
+    # relegations)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +83,9 @@ class IterationLog:
     num_requests: int  # requests in the batch
     num_decodes: int  # decodes in the batch
     path: str  # the policy's decision path
+    queued: int  # requests waiting or prefilling when it was planned
+    decode_slack: float | None  # seconds from its start to the earliest next deadline of a
+    # decoding request (negative: already late); None without decodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +99,8 @@ class SimulationRun:
     num_preemptions: int
     iterations: list[IterationLog]
     blocks_in_use_at_end: int  # KV blocks still held when all requests finished (should be 0)
+    traces: dict[str, RequestTrace] = field(default_factory=dict)  # by request id, when
+    # `trace_requests` is on
 
 
 class Simulator:
@@ -111,9 +122,11 @@ class Simulator:
     def run(self, requests: Sequence[Request]) -> SimulationRun:
         """Simulate until every request has finished. The requests are mutated in place."""
         self._check_fits(requests)
+        tracer = RequestTracer(self.policy) if self.options.trace_requests else None
         state = EngineState(
             sorted(requests, key=lambda r: r.arrival),
             KVBlockManager(self.kv_blocks, self.limits.block_size),
+            tracer,
         )
         logs: list[IterationLog] = []
         counters = _Counters()
@@ -137,6 +150,7 @@ class Simulator:
             counters.preemptions,
             logs,
             state.kv.num_used,
+            tracer.traces if tracer is not None else {},
         )
 
     def _check_thrashing(self, counters: _Counters, num_requests: int) -> None:
@@ -165,14 +179,21 @@ class Simulator:
         shape = BatchShape.from_plan(plan)
         duration = self.timer.sample_time(shape)
         start = state.now
-        state.execute(plan, start + duration)
-        counters.iterations += 1
         if self.options.record_iterations:
             logs.append(
                 IterationLog(
-                    start, duration, shape.num_tokens, len(plan), shape.num_decodes, plan.path
+                    start,
+                    duration,
+                    shape.num_tokens,
+                    len(plan),
+                    shape.num_decodes,
+                    plan.path,
+                    state.num_queued,
+                    state.decode_slack(),
                 )
             )
+        state.execute(plan, start + duration)
+        counters.iterations += 1
         self.policy.on_iteration_end(IterationRecord(start, duration, plan, shape))
 
     def _plan(self, state: EngineState, counters: _Counters, admit: bool) -> Plan:
@@ -181,6 +202,8 @@ class Simulator:
         while True:
             view = state.view(self.limits, admit)
             plan = self.policy.schedule(view)
+            if state.tracer is not None:
+                state.tracer.scheduled(view.now)
             if plan.chunks:
                 if self.options.validate_plans:
                     validate_plan(plan, view)
@@ -225,9 +248,14 @@ class Simulator:
         self.timer.consume_noise(steps)
         if self.options.record_iterations:
             starts = np.concatenate(([state.now], ends[: steps - 1]))
+            slacks = decode_run_slacks(running, starts)
             logs += [
-                IterationLog(start, duration, num_decodes, num_decodes, num_decodes, "decode-run")
-                for start, duration in zip(starts.tolist(), durations[:steps].tolist(), strict=True)
+                IterationLog(
+                    start, duration, num_decodes, num_decodes, num_decodes, DECODE_RUN, 0, slack
+                )
+                for start, duration, slack in zip(
+                    starts.tolist(), durations[:steps].tolist(), slacks.tolist(), strict=True
+                )
             ]
         state.execute_decode_run(ends[:steps].tolist())
         self.policy.on_decode_run(durations[:steps].tolist(), num_decodes)

@@ -142,11 +142,17 @@ def policy_context(spec: SimulationSpec) -> PolicyContext:
 
 
 def run_policy(
-    policy: Policy, gpu: SimulatedGpu, limits: EngineLimits, requests: Sequence[Request]
+    policy: Policy,
+    gpu: SimulatedGpu,
+    limits: EngineLimits,
+    requests: Sequence[Request],
+    record: bool = False,
 ) -> SimulationRun:
-    """Run `requests` (mutated in place) through `policy` on `gpu` within `limits`."""
+    """Run `requests` (mutated in place) through `policy` on `gpu` within `limits`; `record`:
+    keep every iteration and each request's trace (the same token times, slower)."""
     blocks = gpu.kv_capacity_blocks(limits.block_size)
-    return Simulator(policy, gpu, blocks, SimulatorOptions(limits=limits)).run(requests)
+    options = SimulatorOptions(limits=limits, record_iterations=record, trace_requests=record)
+    return Simulator(policy, gpu, blocks, options).run(requests)
 
 
 class RunFigures(NamedTuple):
@@ -163,16 +169,35 @@ def run_figures(requests: Sequence[Request]) -> RunFigures:
     return RunFigures(measure(finished, duration), measure_tiers(finished, duration))
 
 
+class RecordedRun(NamedTuple):
+    """A simulation with its record (`simulate_recorded`)."""
+
+    result: SimulationResult
+    run: SimulationRun  # the requests with their token times, every iteration, each
+    # request's trace
+
+
 def simulate(spec: SimulationSpec, rate: float, seed: int) -> SimulationResult:
     """Run `spec` at `rate` req/s with `seed` (which fixes requests, arrivals and noise)."""
+    return _simulate(spec, rate, seed, record=False).result
+
+
+def simulate_recorded(spec: SimulationSpec, rate: float, seed: int) -> RecordedRun:
+    """`simulate`, keeping every iteration (`IterationLog`) and each request's events
+    (`RequestTrace`) for a diagnosis: the same token times, more memory and time."""
+    return _simulate(spec, rate, seed, record=True)
+
+
+def _simulate(spec: SimulationSpec, rate: float, seed: int, record: bool) -> RecordedRun:
     if not MIN_RATE <= rate < math.inf:
         raise ValueError(f"rate must be at least {MIN_RATE} req/s and finite, got {rate}")
     started = time.perf_counter()
     requests = generate_requests(spec.workload, rate, seed, spec.max_model_len)
     policy = make_policy(spec.policy, policy_context(spec), spec.policy_options)
-    run = run_policy(policy, GroundTruthLatency(spec.hardware, seed), spec.limits, requests)
+    gpu = GroundTruthLatency(spec.hardware, seed)
+    run = run_policy(policy, gpu, spec.limits, requests, record)
     figures = run_figures(run.requests)
-    return SimulationResult(
+    result = SimulationResult(
         policy=spec.policy,
         workload=spec.workload.name,
         rate=rate,
@@ -184,6 +209,7 @@ def simulate(spec: SimulationSpec, rate: float, seed: int) -> SimulationResult:
         num_preemptions=run.num_preemptions,
         wall_seconds=time.perf_counter() - started,
     )
+    return RecordedRun(result, run)
 
 
 OVERALL = "overall"

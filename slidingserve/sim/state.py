@@ -13,14 +13,22 @@ if TYPE_CHECKING:
     from slidingserve.core.plan import Plan
     from slidingserve.core.request import Request
     from slidingserve.core.view import EngineLimits
+    from slidingserve.sim.tracing import RequestTracer
 
 
 class EngineState:
-    """Queues (waiting, running in admission order), the KV cache and the clock."""
+    """Queues (waiting, running in admission order), the KV cache and the clock; `tracer`,
+    when given, is told of every first chunk and preemption."""
 
-    def __init__(self, requests_by_arrival: list[Request], kv: KVBlockManager) -> None:
+    def __init__(
+        self,
+        requests_by_arrival: list[Request],
+        kv: KVBlockManager,
+        tracer: RequestTracer | None = None,
+    ) -> None:
         self.all_requests = requests_by_arrival
         self.kv = kv
+        self.tracer = tracer
         self.now = 0.0
         self.waiting: list[Request] = []
         self.running: list[Request] = []
@@ -44,6 +52,17 @@ class EngineState:
         if self.has_pending_arrivals:
             return self.all_requests[self._next_pending].arrival
         return math.inf
+
+    @property
+    def num_queued(self) -> int:
+        """Requests waiting or prefilling (O(running): for recording only)."""
+        return len(self.waiting) + sum(1 for r in self.running if r.phase is Phase.PREFILLING)
+
+    def decode_slack(self) -> float | None:
+        """Seconds from now to the earliest next deadline of a decoding request (negative:
+        one is late already); None without decodes. O(running): for recording only."""
+        deadlines = [r.next_deadline for r in self.running if r.phase is Phase.DECODING]
+        return min(deadlines) - self.now if deadlines else None
 
     def admit_arrivals(self) -> None:
         pending = self.all_requests
@@ -80,6 +99,8 @@ class EngineState:
         request.num_computed = 0
         request.phase = Phase.WAITING
         request.num_preemptions += 1
+        if self.tracer is not None:
+            self.tracer.preempted(request, self.now)
         self.running.remove(request)
         self.waiting.insert(0, request)
 
@@ -93,6 +114,8 @@ class EngineState:
                 finished |= self._emit(request, end)
                 continue
             if request.phase is Phase.WAITING:
+                if self.tracer is not None:
+                    self.tracer.started(request, self.now)
                 request.phase = Phase.PREFILLING
                 self.running.append(request)
                 admitted = True

@@ -84,7 +84,7 @@ from slidingserve.policies.qoserve.predictor import (
 from slidingserve.policies.qoserve.priority import Relegation, ThroughputEma, priority_key
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Collection, Sequence
 
     from slidingserve.core.plan import Plan
     from slidingserve.core.request import Request
@@ -148,6 +148,10 @@ class QoServePolicy(Policy):
     def refit(self, samples: Sequence[Sample]) -> None:
         """Refit both linear models to measured steps and swap them in."""
         self.predictor = fit_from_samples(samples, self.config.predictor_split)
+
+    def relegated_ids(self) -> Collection[str]:
+        """Ids of the requests relegated and still in a queue (`ReportsRelegations`)."""
+        return self.relegation.ids
 
     def schedules_all_decodes(self, num_decoding: int) -> bool:
         """True only when every decode fits under the decode chunk size (and B_max)."""
