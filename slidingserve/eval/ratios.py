@@ -52,10 +52,22 @@ def _rounds_to_one(value: float) -> bool:
     return value != 1 and f"{value:.2f}" == "1.00"
 
 
-def ratio_interval(ratios: Sequence[float], confidence: float = CONFIDENCE) -> RatioInterval:
-    """Mean of `ratios` with a two-sided Student-t interval at `confidence`."""
+def ratio_interval(
+    ratios: Sequence[float], confidence: float = CONFIDENCE, resolution: float = 0.0
+) -> RatioInterval:
+    """Mean of `ratios` with a two-sided Student-t interval at `confidence`, never narrower
+    than the search's `resolution`.
+
+    A goodput search stops once it brackets the goodput within a relative `resolution`
+    (its precision), so each goodput is only known up to a factor 1 + resolution and the
+    ratio of two up to the same factor either way: the interval spans at least
+    [mean / (1 + resolution), mean × (1 + resolution)]. Without that floor, seeds whose
+    searches land on the same grid rates give identical ratios and a falsely exact interval.
+    """
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if not 0 <= resolution < 1:
+        raise ValueError(f"resolution must be in [0, 1), got {resolution}")
     values = tuple(ratios)
     if not values:
         return RatioInterval(math.nan, math.nan, math.nan, ())
@@ -64,7 +76,9 @@ def ratio_interval(ratios: Sequence[float], confidence: float = CONFIDENCE) -> R
         return RatioInterval(mean, math.nan, math.nan, values)
     quantile = float(stats.t.ppf(0.5 + confidence / 2, len(values) - 1))
     half = quantile * statistics.stdev(values) / math.sqrt(len(values))
-    return RatioInterval(mean, mean - half, mean + half, values)
+    low = min(mean - half, mean / (1 + resolution))
+    high = max(mean + half, mean * (1 + resolution))
+    return RatioInterval(mean, low, high, values)
 
 
 def per_seed_ratios(values: Sequence[float], reference: Sequence[float]) -> list[float]:
@@ -101,7 +115,10 @@ def goodput_ratios(
             workload,
             criterion,
             ratio_interval(
-                per_seed_ratios(rows[policy, workload].per_seed, rows[reference, workload].per_seed)
+                per_seed_ratios(
+                    rows[policy, workload].per_seed, rows[reference, workload].per_seed
+                ),
+                resolution=experiment.search.precision,
             ),
         )
         for workload in experiment.workloads

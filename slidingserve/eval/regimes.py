@@ -139,9 +139,11 @@ def regime_cell(
     arrival: str,
     slo_scale: float,
     seeds: Sequence[int],
+    resolution: float = 0.0,
 ) -> RegimeCell:
     """The cell of per-seed goodputs (req/s, seed order) of the candidate and the baselines;
-    on a tie the baseline listed first is the best."""
+    on a tie the baseline listed first is the best. `resolution`: the searches' relative
+    precision, the least uncertainty of a ratio (see `ratio_interval`)."""
     if not baselines:
         raise ValueError("need at least one baseline")
     values = {name: tuple(goodput[name]) for name in (candidate, *baselines)}
@@ -158,7 +160,7 @@ def regime_cell(
         candidate,
         values,
         best,
-        ratio_interval(per_seed_ratios(values[candidate], bar)),
+        ratio_interval(per_seed_ratios(values[candidate], bar), resolution=resolution),
     )
 
 
@@ -208,6 +210,7 @@ def _cell(regimes: RegimeMap, result: ExperimentResult, workload: str) -> Regime
         arrival=arrival_label(experiment.arrival),
         slo_scale=experiment.slo_scale,
         seeds=experiment.seeds,
+        resolution=experiment.search.precision,
     )
 
 

@@ -87,8 +87,30 @@ def test_ratios_pair_the_same_seeds_of_each_policy() -> None:
     assert ratios["qoserve"].per_seed == pytest.approx((1.1, 1.0, 1.0))
     assert not ratios["qoserve"].significant
     assert ratios["slidingserve"].mean == pytest.approx(0.9)
-    assert ratios["slidingserve"].significant  # zero spread: an interval of width 0 at 0.9
+    # Zero spread: only the search's 2% resolution is left, 0.9 / 1.02 .. 0.9 × 1.02.
+    assert ratios["slidingserve"].significant
     table = ratio_table(result)
-    assert "0.90 [0.90, 0.90] *" in table and "sarathi-edf" not in table.splitlines()[0]
+    assert "0.90 [0.88, 0.92] *" in table and "sarathi-edf" not in table.splitlines()[0]
     with pytest.raises(ValueError, match="reference policy 'vllm' is not in the run"):
         goodput_ratios(result, "vllm")
+
+
+def test_identical_ratios_are_known_only_to_the_search_resolution() -> None:
+    # Three seeds on the same grid rates: 0.99 each. A t-interval would be [0.99, 0.99]
+    # and "significant"; at 2% precision the ratio is only known within × / ÷ 1.02.
+    interval = ratio_interval([0.99, 0.99, 0.99], resolution=0.02)
+    assert interval.low == pytest.approx(0.99 / 1.02)
+    assert interval.high == pytest.approx(0.99 * 1.02)
+    assert not interval.significant
+    far = ratio_interval([0.83, 0.83], resolution=0.02)  # still clearly below 1
+    assert far.high == pytest.approx(0.8466) and far.significant
+
+
+def test_a_wide_t_interval_is_not_narrowed_by_the_resolution() -> None:
+    wide = ratio_interval([1.0, 1.2, 1.1], resolution=0.02)
+    assert wide.low == pytest.approx(1.1 - T_975_2 * 0.1 / math.sqrt(3))
+
+
+def test_the_resolution_must_be_a_fraction() -> None:
+    with pytest.raises(ValueError, match="resolution must be in"):
+        ratio_interval([1.0, 1.0], resolution=1.5)
