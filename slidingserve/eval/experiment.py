@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, TypeVar
 from slidingserve.core.view import EngineLimits
 from slidingserve.eval.capacity import CapacityBound, capacity_bound
 from slidingserve.eval.goodput import GoodputEstimate, SearchSettings, search_goodput
+from slidingserve.eval.slo_bound import SloAwareBound, slo_aware_bound
 from slidingserve.metrics import TbtReading
 from slidingserve.policies import get_policy_class
 from slidingserve.predictor.calibration import Calibration
@@ -185,9 +186,10 @@ class CurvePoint:
 @dataclass(frozen=True)
 class ExperimentResult:
     experiment: GoodputExperiment
-    bounds: dict[str, CapacityBound]
+    bounds: dict[str, CapacityBound]  # by workload
     rows: list[GoodputRow]
     curve: list[CurvePoint]
+    slo_bounds: dict[str, SloAwareBound] = field(default_factory=dict)  # by workload, if run
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,14 +289,21 @@ def _plan_searches(experiment: GoodputExperiment, calibration: Calibration | Non
 def run_experiment(
     experiment: GoodputExperiment, progress: Progress | None = None
 ) -> ExperimentResult:
-    """Run every search, then the curves; `progress` hears of each finished task."""
+    """Run every search, then the curves; `progress` hears of each finished task. The
+    result carries both bounds of every workload: capacity and SLO-aware."""
     calibration = _shared_calibration(experiment)
     searches = _plan_searches(experiment, calibration)
     with _executor(experiment.worker_count) as pool:
         rows = searches.rows(_map(pool, _run_search, searches.tasks, progress))
         curve_tasks = _curve_tasks(experiment, rows, calibration)
         curve = _map(pool, _run_curve_point, curve_tasks, progress)
-    return ExperimentResult(experiment, searches.bounds, rows, curve)
+    slo_bounds = {
+        name: slo_aware_bound(
+            experiment.workload_config(name), experiment.hardware, experiment.limits
+        )
+        for name in experiment.workloads
+    }
+    return ExperimentResult(experiment, searches.bounds, rows, curve, slo_bounds)
 
 
 def run_searches(

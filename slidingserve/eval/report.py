@@ -20,7 +20,11 @@ def goodput_table(result: ExperimentResult, criterion: str | None = None) -> str
     under `criterion` (default: the experiment's first)."""
 
     def cell(row: GoodputRow) -> str:
-        return f"{row.goodput_mean:.2f} ± {row.goodput_std:.2f} ({row.fraction_of_bound:.0%})"
+        shares = f"{row.fraction_of_bound:.0%}"
+        slo_bound = result.slo_bounds.get(row.workload)
+        if slo_bound is not None:
+            shares += f" / {row.goodput_mean / slo_bound.rate:.0%}"
+        return f"{row.goodput_mean:.2f} ± {row.goodput_std:.2f} ({shares})"
 
     return _policy_grid(result, criterion, cell, bound=True)
 
@@ -60,10 +64,11 @@ def _policy_grid(
 ) -> str:
     experiment = result.experiment
     criterion = criterion or experiment.criteria[0]
-    header = ["workload", *(["bound"] if bound else []), *experiment.policies]
+    bound_names = "bound" + (" / SLO-aware" if result.slo_bounds else "")
+    header = ["workload", *([bound_names] if bound else []), *experiment.policies]
     rows = []
     for workload in experiment.workloads:
-        cells = [workload, *([f"{result.bounds[workload].rate:.2f}"] if bound else [])]
+        cells = [workload, *([_bounds_cell(result, workload)] if bound else [])]
         for policy in experiment.policies:
             row = next(
                 r
@@ -73,6 +78,13 @@ def _policy_grid(
             cells.append(cell(row))
         rows.append(cells)
     return format_table(header, rows)
+
+
+def _bounds_cell(result: ExperimentResult, workload: str) -> str:
+    """`3.20`, or `3.20 / 2.60` with the SLO-aware bound (req/s)."""
+    text = f"{result.bounds[workload].rate:.2f}"
+    slo_bound = result.slo_bounds.get(workload)
+    return text if slo_bound is None else f"{text} / {slo_bound.rate:.2f}"
 
 
 def describe_setup(result: ExperimentResult) -> str:
@@ -154,6 +166,7 @@ def experiment_payload(result: ExperimentResult) -> dict[str, Any]:
         "setup": describe_setup(result),
         "experiment": dataclasses.asdict(result.experiment),
         "capacity_bounds": {k: dataclasses.asdict(v) for k, v in result.bounds.items()},
+        "slo_aware_bounds": {k: dataclasses.asdict(v) for k, v in result.slo_bounds.items()},
         "goodput": [
             {**dataclasses.asdict(row), "fraction_of_bound": row.fraction_of_bound}
             for row in result.rows
@@ -185,6 +198,7 @@ def goodput_rows(result: ExperimentResult) -> list[dict[str, Any]]:
             "per_seed": " ".join(f"{v:.4f}" for v in row.per_seed),
             "capacity_bound": row.capacity_bound,
             "fraction_of_bound": row.fraction_of_bound,
+            **_slo_bound_fields(result, row),
             "trials": row.trials,
             "tbt_p99_ms_at_goodput": 1000 * row.at_goodput.tbt_p99,
             "cumulative_violation_at_goodput": row.at_goodput.cumulative_violation,
@@ -193,6 +207,17 @@ def goodput_rows(result: ExperimentResult) -> list[dict[str, Any]]:
         }
         for row in result.rows
     ]
+
+
+def _slo_bound_fields(result: ExperimentResult, row: GoodputRow) -> dict[str, Any]:
+    """The row's SLO-aware bound (req/s) and its share of it; empty when not computed."""
+    slo_bound = result.slo_bounds.get(row.workload)
+    if slo_bound is None:
+        return {"slo_aware_bound": "", "fraction_of_slo_aware_bound": ""}
+    return {
+        "slo_aware_bound": slo_bound.rate,
+        "fraction_of_slo_aware_bound": row.goodput_mean / slo_bound.rate,
+    }
 
 
 def _ratio_fields(reference: str, interval: RatioInterval | None) -> dict[str, Any]:

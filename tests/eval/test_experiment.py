@@ -37,6 +37,11 @@ def test_rows_curves_and_progress_match_the_experiment() -> None:
         assert at.cumulative_violation <= SMALL.search.threshold
         assert at.cumulative_violation <= at.per_gap_violation <= 1
     assert len(result.curve) == 12
+    slo_bound = result.slo_bounds["sharegpt"]  # computed for the goodput table
+    assert 0 < slo_bound.rate <= result.bounds["sharegpt"].rate * (1 + 1e-9)
+    header, _, line = goodput_table(result).splitlines()
+    assert "bound / SLO-aware" in header
+    assert f"{result.bounds['sharegpt'].rate:.2f} / {slo_bound.rate:.2f}" in line
     for policy in SMALL.policies:  # every seed on the same rates
         points = [(p.seed, p.rate) for p in result.curve if p.policy == policy]
         rates = sorted({rate for _, rate in points})
