@@ -13,6 +13,7 @@ from slidingserve.cli_commands import run_goodput, run_list, run_predictor, run_
 from slidingserve.cli_diagnose import add_diagnose_command
 from slidingserve.cli_engine import add_engine_commands
 from slidingserve.cli_flags import add_common_flags as _add_common
+from slidingserve.cli_flags import add_search_flags
 from slidingserve.cli_flags import comma_list as _comma_list
 from slidingserve.cli_flags import positive_float as _positive_float
 from slidingserve.cli_regimes import add_regimes_command
@@ -49,18 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     goodput.add_argument(
         "--workloads", type=_comma_list, help=f"default {','.join(EXPERIMENT.workloads)}"
     )
-    goodput.add_argument(
-        "--seeds", type=int, help=f"number of seeds (default {len(EXPERIMENT.seeds)})"
-    )
+    add_search_flags(goodput, len(EXPERIMENT.seeds), SEARCH)
     goodput.add_argument(
         "--reference",
         help=f"goodput ratios are to this policy (default {EXPERIMENT.reference}, "
         "or the first policy when it does not run)",
     )
-    goodput.add_argument(
-        "--threshold", type=float, help=f"violating fraction allowed ({SEARCH.threshold})"
-    )
-    goodput.add_argument("--precision", type=float, help=f"relative precision ({SEARCH.precision})")
     goodput.add_argument(
         "--criteria",
         type=_comma_list,

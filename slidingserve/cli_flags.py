@@ -9,6 +9,7 @@ from typing import Any
 
 from slidingserve.core.view import EngineLimits
 from slidingserve.eval.experiment import GoodputExperiment
+from slidingserve.eval.goodput import SearchSettings
 from slidingserve.sim.hardware import HardwareConfig
 
 # Help texts state the defaults of the configs themselves, so the two cannot drift.
@@ -102,3 +103,12 @@ def parse_overload(text: str | None) -> dict[str, float] | None:
     except ValueError:
         raise ValueError(f"--overload expects START:DURATION:FACTOR, got {text!r}") from None
     return {"start": start, "duration": duration, "factor": factor}
+
+
+def add_search_flags(parser: Any, seeds: int, search: SearchSettings) -> None:
+    """`--seeds`, `--threshold` and `--precision`, with the defaults of the caller's config."""
+    parser.add_argument("--seeds", type=int, help=f"number of seeds (default {seeds})")
+    parser.add_argument(
+        "--threshold", type=float, help=f"violating fraction allowed ({search.threshold})"
+    )
+    parser.add_argument("--precision", type=float, help=f"relative precision ({search.precision})")

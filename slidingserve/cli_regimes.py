@@ -12,7 +12,7 @@ from tqdm import tqdm
 
 from slidingserve import config as cfg
 from slidingserve.cli_commands import experiment_from, settings_from
-from slidingserve.cli_flags import add_common_flags, comma_list
+from slidingserve.cli_flags import add_common_flags, add_search_flags, comma_list
 from slidingserve.eval.experiment import GoodputExperiment
 from slidingserve.eval.regime_report import (
     describe_regimes,
@@ -77,17 +77,7 @@ def add_regimes_command(commands: Any) -> None:
         metavar="GPU:MODEL:TP",
         help="a hardware point, e.g. a100:llama-3-8b:2 (repeatable; default: --gpu/--model/--tp)",
     )
-    parser.add_argument(
-        "--seeds", type=int, help=f"number of seeds (default {len(REGIMES.setup.seeds)})"
-    )
-    parser.add_argument(
-        "--threshold",
-        type=float,
-        help=f"violating fraction allowed ({REGIMES.setup.search.threshold})",
-    )
-    parser.add_argument(
-        "--precision", type=float, help=f"relative precision ({REGIMES.setup.search.precision})"
-    )
+    add_search_flags(parser, len(REGIMES.setup.seeds), REGIMES.setup.search)
     parser.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -35,6 +35,16 @@ _STYLES: list[dict[str, object]] = [
 ]
 
 
+def save_figure(figure: Any, path: Path, dpi: int, tight: bool = True) -> Path:
+    """Lay `figure` out, write it to `path` (folders made as needed) and free it."""
+    if tight:
+        figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=dpi, bbox_inches="tight" if not tight else None)
+    plt.close(figure)
+    return path
+
+
 def plot_violation_curves(result: ExperimentResult, path: Path) -> Path:
     """Violation rate against request rate, one panel per workload, one line per policy:
     the mean over seeds, with a band from the best to the worst seed."""
@@ -70,11 +80,7 @@ def plot_violation_curves(result: ExperimentResult, path: Path) -> Path:
         f"{experiment.hardware.model} on {experiment.hardware.gpu}, {experiment.slo_preset} SLOs "
         f"(×{experiment.slo_scale:g}), {len(experiment.seeds)} seeds: mean and range"
     )
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=120)
 
 
 def _seed_spread(
@@ -135,11 +141,7 @@ def plot_diagnosis(diagnoses: Sequence[Diagnosis], path: Path) -> Path:
         f"{first.workload} at {first.rate:g} req/s, seed {first.seed}, TBT read "
         f"{first.tbt_reading.value}"
     )
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=110)
 
 
 class _Iterations(NamedTuple):

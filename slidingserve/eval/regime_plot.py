@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Rectangle
 
+from slidingserve.eval.plots import save_figure
 from slidingserve.eval.regime_report import HeatmapGrid, heatmap_grid
 
 if TYPE_CHECKING:
@@ -53,10 +54,7 @@ def plot_regime_map(result: RegimeResult, path: Path) -> Path:
         f"({len(regimes.setup.seeds)} seeds, {regimes.setup.slo_preset} SLOs × scale)\n"
         "mean [95% interval]; * and frame: the interval excludes 1"
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=120, tight=False)
 
 
 def _colour_range(grids: list[HeatmapGrid]) -> float:
