@@ -7,13 +7,22 @@ engine, a real vLLM engine); every policy of a run gets the same calibration.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from slidingserve.core.batch import TimedBatch
 from slidingserve.predictor.features import Sample
 from slidingserve.predictor.fit import FitResult, fit_predictor
 from slidingserve.predictor.model import BatchLatencyPredictor
+from slidingserve.predictor.sampling import random_batch_shapes
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from slidingserve.core.batch import BatchShape
+    from slidingserve.core.view import EngineLimits
 
 DEFAULT_SAMPLES = 4000  # timed batches a profiler draws
+MIN_SAMPLES = 50  # fewer cannot fit and validate the predictor
 
 
 @dataclass(frozen=True)
@@ -30,3 +39,26 @@ def fit_batches(
     """Fit the predictor; its validation report is measured on held-out batches."""
     samples = [Sample.from_shape(batch.shape, batch.seconds) for batch in batches]
     return fit_predictor(samples, validation_fraction, seed)
+
+
+def profiling_shapes(
+    num_samples: int, rng: np.random.Generator, limits: EngineLimits, max_context: int
+) -> list[BatchShape]:
+    """The random batches a profiler times: within the engine's token budget, batch-size cap
+    and context length. ValueError below `MIN_SAMPLES`."""
+    if num_samples < MIN_SAMPLES:
+        raise ValueError(
+            f"need at least {MIN_SAMPLES} samples to fit and validate, got {num_samples}"
+        )
+    return random_batch_shapes(
+        num_samples,
+        rng,
+        max_tokens=limits.max_num_batched_tokens,
+        max_context=max_context,
+        max_decodes=min(limits.max_num_seqs, limits.max_num_batched_tokens),
+    )
+
+
+def calibration_of(batches: list[TimedBatch], seed: int = 0) -> Calibration:
+    """`batches` and the predictor fitted to them, for every policy of a run to share."""
+    return Calibration(tuple(batches), fit_batches(batches, seed).predictor)

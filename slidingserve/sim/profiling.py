@@ -7,8 +7,14 @@ import numpy as np
 
 from slidingserve.core.batch import TimedBatch
 from slidingserve.core.view import EngineLimits
-from slidingserve.predictor import FitResult, random_batch_shapes
-from slidingserve.predictor.calibration import DEFAULT_SAMPLES, Calibration, fit_batches
+from slidingserve.predictor import FitResult
+from slidingserve.predictor.calibration import (
+    DEFAULT_SAMPLES,
+    Calibration,
+    calibration_of,
+    fit_batches,
+    profiling_shapes,
+)
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
 from slidingserve.sim.hardware.noise import profiling_seed
 
@@ -24,18 +30,11 @@ def profile_batches(
     The batches respect the engine's limits and the model's context length. Shapes and
     noise come from `profiling_seed(seed)`, a stream no trial draws.
     """
-    if num_samples < 50:
-        raise ValueError(f"need at least 50 samples to fit and validate, got {num_samples}")
-    stream = profiling_seed(seed)
-    noise_seed, shape_seed = stream.spawn(2)
+    noise_seed, shape_seed = profiling_seed(seed).spawn(2)
+    rng = np.random.default_rng(shape_seed)
+    max_context = load_model(hardware.model).max_model_len
+    shapes = profiling_shapes(num_samples, rng, limits, max_context)
     latency = GroundTruthLatency(hardware, noise_seed)
-    shapes = random_batch_shapes(
-        num_samples,
-        np.random.default_rng(shape_seed),
-        max_tokens=limits.max_num_batched_tokens,
-        max_context=load_model(hardware.model).max_model_len,
-        max_decodes=min(limits.max_num_seqs, limits.max_num_batched_tokens),
-    )
     return [TimedBatch(shape, latency.sample_time(shape)) for shape in shapes]
 
 
@@ -53,8 +52,7 @@ def profile_ground_truth(
 
 def calibrate(hardware: HardwareConfig, limits: EngineLimits, seed: int = 0) -> Calibration:
     """The timed batches and the fitted predictor, for every policy of a run to share."""
-    batches = profile_batches(hardware, limits, seed=seed)
-    return Calibration(tuple(batches), fit_batches(batches, seed).predictor)
+    return calibration_of(profile_batches(hardware, limits, seed=seed), seed)
 
 
 def hardware_label(hardware: HardwareConfig) -> str:

@@ -19,9 +19,15 @@ import numpy as np
 
 from slidingserve.core.batch import BatchShape, TimedBatch
 from slidingserve.core.view import EngineLimits
-from slidingserve.predictor import BatchLatencyPredictor, Scenario, random_batch_shapes
-from slidingserve.predictor.calibration import DEFAULT_SAMPLES, Calibration, fit_batches
-from slidingserve.predictor.steps import MIN_STEPS, EngineSteps
+from slidingserve.predictor import BatchLatencyPredictor, Scenario
+from slidingserve.predictor.calibration import (
+    DEFAULT_SAMPLES,
+    Calibration,
+    calibration_of,
+    fit_batches,
+    profiling_shapes,
+)
+from slidingserve.predictor.steps import EngineSteps
 from slidingserve.sim.hardware.noise import FloatArray, NoiseStream, profiling_seed
 
 MIN_TIME_SHARE = 0.5  # a step never runs in under this share of the fastest measured step
@@ -111,17 +117,6 @@ def calibrate_profiled(
     Its random stream is `profiling_seed(seed)`, which no `with_seed(s)` trial
     ever draws, so the noise a policy is calibrated on is not the noise it is judged on.
     """
-    if num_samples < MIN_STEPS:
-        raise ValueError(
-            f"need at least {MIN_STEPS} samples to fit and validate, got {num_samples}"
-        )
     rng = np.random.default_rng(profiling_seed(seed))
-    shapes = random_batch_shapes(
-        num_samples,
-        rng,
-        max_tokens=limits.max_num_batched_tokens,
-        max_context=latency.steps.max_model_len,
-        max_decodes=min(limits.max_num_seqs, limits.max_num_batched_tokens),
-    )
-    batches = latency.time_batches(shapes, rng)
-    return Calibration(tuple(batches), fit_batches(batches, seed).predictor)
+    shapes = profiling_shapes(num_samples, rng, limits, latency.steps.max_model_len)
+    return calibration_of(latency.time_batches(shapes, rng), seed)
