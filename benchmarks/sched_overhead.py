@@ -2,6 +2,7 @@
 
     python benchmarks/sched_overhead.py [--sizes 16 64 256 1024] [--views 300]
                                         [--policies slidingserve sarathi]
+                                        [--features rich|paper]
 
 For each size N it builds `--views` random engine states with N active requests: half
 decoding (ShareGPT-like contexts, 50 ms TBT, next-token slack 50 ms + Exp(200 ms)), half
@@ -11,6 +12,7 @@ same run. Prints median and p99 wall time per `schedule` call, and for SlidingSe
 median time per component (MLPS sort, predictor calls, chunker incl. candidate batch,
 BatchConstructor) with the share of iterations that took the constructor path, and the
 median predicted iteration time for scale (the paper's budget: scheduling < 5% of it).
+`--features` picks the predictor the policies plan with (the calibration's, rich by default).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 from slidingserve.core import SLO, EngineLimits, KVBlockManager, Phase, Request, SchedulerView
 from slidingserve.policies import PolicyContext, make_policy
 from slidingserve.policies.slidingserve import SlidingServePolicy
+from slidingserve.predictor import DEFAULT_FEATURES, FEATURE_SETS
 from slidingserve.sim.hardware import HardwareConfig
 from slidingserve.sim.profiling import calibrate
 from slidingserve.workloads import WorkloadConfig, sample_workload
@@ -74,15 +77,17 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[16, 64, 256, 1024])
     parser.add_argument("--views", type=int, default=300)
     parser.add_argument("--policies", nargs="+", default=["slidingserve", "sarathi"])
+    parser.add_argument("--features", choices=list(FEATURE_SETS), default=DEFAULT_FEATURES)
     args = parser.parse_args()
     calibration = calibrate(HardwareConfig(), EngineLimits())
+    predictor = calibration.predictor_for(args.features)
     rng = np.random.default_rng(0)
     print(f"{'requests':>8}  {'policy':<22} {'median ms':>9} {'p99 ms':>8}  components (median ms)")
     for size in args.sizes:
         limits = EngineLimits(max_num_batched_tokens=2048, max_num_seqs=max(256, size))
         views = [random_view(size, limits, rng) for _ in range(args.views)]
         for name in args.policies:
-            context = PolicyContext(limits, calibration.predictor, calibration.batches)
+            context = PolicyContext(limits, predictor, calibration.batches)
             policy = make_policy(name, context)
             wall = []
             for view in views:

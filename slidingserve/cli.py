@@ -20,6 +20,7 @@ from slidingserve.cli_regimes import add_regimes_command
 from slidingserve.engines.vllm.runtime import VllmMissingError
 from slidingserve.eval.experiment import GoodputExperiment
 from slidingserve.eval.goodput import SearchSettings
+from slidingserve.predictor import DEFAULT_FEATURES, FEATURE_SETS
 
 # Help texts state the defaults of the configs themselves, so the two cannot drift.
 EXPERIMENT = GoodputExperiment()
@@ -78,6 +79,17 @@ def build_parser() -> argparse.ArgumentParser:
     predictor.add_argument("--samples", type=int, default=4000, help="profiled batches")
     predictor.add_argument("--seed", type=int, default=0)
     predictor.add_argument("--out", type=Path, help="save the fitted predictor as JSON")
+    predictor.add_argument(
+        "--features",
+        choices=list(FEATURE_SETS),
+        default=DEFAULT_FEATURES,
+        help=f"paper: the paper's seven features; rich: more (default {DEFAULT_FEATURES})",
+    )
+    predictor.add_argument(
+        "--steps",
+        type=Path,
+        help="fit to this engine-steps file (`profile --steps-out`), not the simulated GPU",
+    )
     _add_common(predictor)
     predictor.set_defaults(handler=run_predictor)
 

@@ -29,9 +29,11 @@ from slidingserve.eval.report import (
 )
 from slidingserve.policies import POLICIES
 from slidingserve.predictor import PredictorMetadata, save_predictor
+from slidingserve.predictor.calibration import fit_batches
+from slidingserve.predictor.steps import load_engine_steps
 from slidingserve.reporting import write_csv, write_json
 from slidingserve.sim.hardware import list_gpus, list_models
-from slidingserve.sim.profiling import hardware_label, profile_ground_truth
+from slidingserve.sim.profiling import hardware_label, profile_batches
 from slidingserve.sim.runner import SimulationSpec, simulate
 from slidingserve.workloads import SLO_PRESETS, WORKLOADS
 
@@ -193,16 +195,27 @@ def _tightest_bound(result: ExperimentResult, workload: str) -> float:
 
 
 def run_predictor(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
-    hardware = cfg.hardware_config(settings)
-    result = profile_ground_truth(hardware, cfg.engine_limits(settings), args.samples, args.seed)
+    """Fit the predictor of `--features` to the simulated GPU, or to `--steps`, and print
+    its held-out accuracy; `--out` saves it."""
+    if args.steps is not None:
+        steps = load_engine_steps(args.steps)
+        result = fit_batches(list(steps.batches), args.seed, features=args.features)
+        model, hardware, source = steps.engine, "engine-steps", f"steps of {steps.engine}"
+    else:
+        settings = settings_from(args)
+        config = cfg.hardware_config(settings)
+        limits = cfg.engine_limits(settings)
+        batches = profile_batches(config, limits, args.samples, args.seed)
+        result = fit_batches(batches, args.seed, features=args.features)
+        model, hardware = config.model, hardware_label(config)
+        source = f"batches of the simulated {config.model} on {config.gpu} TP{config.tp}"
     print(
-        f"Predictor fitted on {result.num_samples} batches of the simulated "
-        f"{hardware.model} on {hardware.gpu} TP{hardware.tp}; held-out accuracy:\n"
+        f"Predictor ({args.features} features) fitted on {result.num_samples} {source}; "
+        "held-out accuracy:\n"
     )
     print(result.validation.format_table())
     if args.out:
-        metadata = PredictorMetadata.from_fit(result, hardware.model, hardware_label(hardware))
+        metadata = PredictorMetadata.from_fit(result, model, hardware)
         save_predictor(args.out, result.predictor, metadata)
         print(f"\nwrote {args.out}")
     return 0

@@ -1,5 +1,5 @@
-"""Batch-latency predictor (SPEC §3): features, linear experts, robust fit, online refit,
-TimeToBudget, accuracy reports and a JSON file format.
+"""Batch-latency predictor (SPEC §3): features (the paper's seven or a richer set), linear
+experts, robust fit, online refit, TimeToBudget, accuracy reports and a JSON file format.
 
 Times are seconds everywhere; token counts are ints.
 """
@@ -8,14 +8,19 @@ from __future__ import annotations
 
 from slidingserve.predictor.budget import Budget, predicted_time_at, time_to_budget
 from slidingserve.predictor.features import (
+    DEFAULT_FEATURES,
+    FEATURE_SETS,
     NUM_FEATURES,
+    NUM_RICH_FEATURES,
     BatchFeatures,
     Features,
+    FeatureSet,
     PrefillCandidate,
     PrefillQueueProfile,
     Sample,
     Scenario,
     batch_features,
+    feature_set,
     scenario_of,
 )
 from slidingserve.predictor.fit import (
@@ -44,13 +49,17 @@ from slidingserve.predictor.report import AccuracyReport, ErrorStats, error_stat
 from slidingserve.predictor.sampling import fit_from_timer, random_batch_shapes
 
 __all__ = [
+    "DEFAULT_FEATURES",
+    "FEATURE_SETS",
     "NUM_FEATURES",
+    "NUM_RICH_FEATURES",
     "AccuracyReport",
     "BatchFeatures",
     "BatchLatencyPredictor",
     "Budget",
     "CandidateErrors",
     "ErrorStats",
+    "FeatureSet",
     "Features",
     "FitResult",
     "LatencyModel",
@@ -67,6 +76,7 @@ __all__ = [
     "Scenario",
     "batch_features",
     "error_stats",
+    "feature_set",
     "fit_from_timer",
     "fit_linear",
     "fit_predictor",

@@ -1,16 +1,19 @@
-"""What a profiler hands the policies: timed batches and the predictor fitted to them.
+"""What a profiler hands the policies: timed batches and the predictors fitted to them.
 
 Built by whichever engine profiles (the simulator's modelled GPU, a simulated copy of a real
-engine, a real vLLM engine); every policy of a run gets the same calibration.
+engine, a real vLLM engine); every policy of a run gets the same calibration. It holds one
+predictor per feature set, fitted to the same batches with the same split: `predictor` is
+the one of its `features` (rich by default), `predictor_for("paper")` the paper's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from slidingserve.core.batch import TimedBatch
-from slidingserve.predictor.features import Sample
+from slidingserve.predictor.features import DEFAULT_FEATURES, FEATURE_SETS, Sample, feature_set
 from slidingserve.predictor.fit import FitResult, fit_predictor
 from slidingserve.predictor.model import BatchLatencyPredictor
 from slidingserve.predictor.sampling import random_batch_shapes
@@ -27,18 +30,36 @@ MIN_SAMPLES = 50  # fewer cannot fit and validate the predictor
 
 @dataclass(frozen=True)
 class Calibration:
-    """Timed batches of one GPU and the predictor fitted to them."""
+    """Timed batches of one GPU and a predictor of every feature set fitted to them."""
 
     batches: tuple[TimedBatch, ...]
-    predictor: BatchLatencyPredictor
+    predictors: Mapping[str, BatchLatencyPredictor]  # by feature set name
+    features: str = DEFAULT_FEATURES  # the feature set of `predictor`
+
+    def __post_init__(self) -> None:
+        if self.features not in self.predictors:
+            raise ValueError(f"no {self.features!r} predictor among {list(self.predictors)}")
+
+    @property
+    def predictor(self) -> BatchLatencyPredictor:
+        """The predictor the policies plan with: the one of `features`."""
+        return self.predictors[self.features]
+
+    def predictor_for(self, features: str) -> BatchLatencyPredictor:
+        """The predictor of the feature set `features` ("paper" or "rich")."""
+        return self.predictors[feature_set(features).name]
 
 
 def fit_batches(
-    batches: list[TimedBatch], seed: int = 0, validation_fraction: float = 0.25
+    batches: list[TimedBatch],
+    seed: int = 0,
+    validation_fraction: float = 0.25,
+    features: str = DEFAULT_FEATURES,
 ) -> FitResult:
-    """Fit the predictor; its validation report is measured on held-out batches."""
+    """Fit the predictor of the feature set `features`; its validation report is measured
+    on held-out batches."""
     samples = [Sample.from_shape(batch.shape, batch.seconds) for batch in batches]
-    return fit_predictor(samples, validation_fraction, seed)
+    return fit_predictor(samples, validation_fraction, seed, features=features)
 
 
 def profiling_shapes(
@@ -59,6 +80,12 @@ def profiling_shapes(
     )
 
 
-def calibration_of(batches: list[TimedBatch], seed: int = 0) -> Calibration:
-    """`batches` and the predictor fitted to them, for every policy of a run to share."""
-    return Calibration(tuple(batches), fit_batches(batches, seed).predictor)
+def calibration_of(
+    batches: list[TimedBatch], seed: int = 0, features: str = DEFAULT_FEATURES
+) -> Calibration:
+    """`batches` and a predictor of every feature set fitted to them, for every policy of a
+    run to share; `features` names the one they plan with."""
+    predictors = {
+        name: fit_batches(batches, seed, features=name).predictor for name in FEATURE_SETS
+    }
+    return Calibration(tuple(batches), predictors, feature_set(features).name)

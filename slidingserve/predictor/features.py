@@ -1,9 +1,20 @@
-"""The seven features of a batch (SPEC §3), and their fast evaluation along a prefill queue."""
+"""The features of a batch (SPEC §3), the feature sets a model may weigh, and their fast
+evaluation along a prefill queue.
+
+Every batch gets one `Features` vector: the paper's seven (x1..x7) and the richer set's
+additions (x8..x13). A linear model weighs the first `width` of them, those of its feature
+set: `paper` is exactly the paper's seven; `rich` adds what a GPU's cost also shows, a fixed
+cost per prefill chunk, the cached and in-chunk parts of prefill attention apart, matmuls
+padded to whole tiles of tokens, and a per-token cost whose slope may change with the batch
+size. Every feature is non-decreasing as prefill tokens are added along a queue, so a model
+with non-negative weights predicts a non-decreasing time (TimeToBudget relies on it).
+"""
 
 from __future__ import annotations
 
 import enum
 from bisect import bisect_left
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -11,7 +22,9 @@ if TYPE_CHECKING:
 
     from slidingserve.core.batch import BatchShape
 
-NUM_FEATURES = 7
+NUM_FEATURES = 7  # the paper's features, x1..x7
+TILE_TOKENS = 128  # rows of a matmul tile: a GEMM over T tokens computes ⌈T/128⌉ row tiles
+SEGMENT_KNOTS = (256, 1024, 4096)  # batch sizes (tokens) where the slope may change
 
 
 class Scenario(enum.Enum):
@@ -23,7 +36,10 @@ class Scenario(enum.Enum):
 
 
 class Features(NamedTuple):
-    """x1..x7 of SPEC §3, in tokens or token products (ints stored as given)."""
+    """x1..x7 of SPEC §3 and the rich set's x8..x13, in tokens, token products or counts.
+
+    T below is the batch's total tokens, |D| + Σ_P c. Ints are stored as given.
+    """
 
     prefill_attention: float  # x1 = Σ_P c(u + c): chunk × context
     prefill_square: float  # x2 = Σ_P c²: attention inside the chunks
@@ -32,6 +48,55 @@ class Features(NamedTuple):
     decode_kv: float  # x5 = Σ_D u: KV read by the decodes
     prefill_tokens: float  # x6 = Σ_P c
     max_chunk: float  # x7 = max_P c (0 without prefills)
+    num_prefills: float  # x8 = |P|: prefill chunks, each a fixed attention-kernel cost
+    prefill_cached_attention: float  # x9 = Σ_P c·u: chunk × cached prefix (x1 − x2)
+    token_tiles: float  # x10 = ⌈T / TILE_TOKENS⌉: row tiles of every matmul
+    tokens_over_256: float  # x11: tokens of T past 256, at most 768 (up to 1024)
+    tokens_over_1k: float  # x12: tokens of T past 1024, at most 3072 (up to 4096)
+    tokens_over_4k: float  # x13: tokens of T past 4096
+
+
+NUM_RICH_FEATURES = len(Features._fields)
+
+
+def token_terms(total: int) -> tuple[int, int, int, int]:
+    """x10..x13 of a batch of `total` tokens: its matmul row tiles, and its tokens in each
+    segment between `SEGMENT_KNOTS` (the last one open-ended)."""
+    k1, k2, k3 = SEGMENT_KNOTS
+    # Conditional expressions, not min/max: this runs at every TimeToBudget probe.
+    first = 0 if total <= k1 else (k2 - k1 if total >= k2 else total - k1)
+    second = 0 if total <= k2 else (k3 - k2 if total >= k3 else total - k2)
+    return -(-total // TILE_TOKENS), first, second, (total - k3 if total > k3 else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureSet:
+    """The features a linear model weighs: it stores a weight for each of the first `width`
+    features, zero outside `columns`."""
+
+    name: str
+    columns: tuple[int, ...]  # indices into `Features` the fit may weigh, increasing
+
+    @property
+    def width(self) -> int:
+        """Weights a model of this set stores: one per feature up to its last column."""
+        return self.columns[-1] + 1
+
+
+PAPER = FeatureSet("paper", tuple(range(NUM_FEATURES)))
+# x1 = x9 + x2 is left out: with x9 and x2 apart, causal in-chunk attention may cost less
+# per token pair than attention to the cached prefix, which non-negative x1, x2 cannot say.
+RICH = FeatureSet("rich", tuple(range(1, NUM_RICH_FEATURES)))
+FEATURE_SETS = {PAPER.name: PAPER, RICH.name: RICH}
+DEFAULT_FEATURES = RICH.name  # what new fits use; `paper` reproduces the paper's predictor
+
+
+def feature_set(name: str) -> FeatureSet:
+    """The feature set called `name`; ValueError naming the known ones otherwise."""
+    try:
+        return FEATURE_SETS[name]
+    except KeyError:
+        raise ValueError(f"unknown feature set {name!r} (known: {list(FEATURE_SETS)})") from None
 
 
 class BatchFeatures(NamedTuple):
@@ -52,17 +117,23 @@ def scenario_of(num_decodes: int, num_prefills: int) -> Scenario:
 
 def batch_features(shape: BatchShape) -> BatchFeatures:
     """Features and scenario of `shape`; raises ValueError on an empty batch."""
-    scenario = scenario_of(len(shape.decode_contexts), len(shape.prefill_chunks))
+    num_decodes, chunks = len(shape.decode_contexts), shape.prefill_chunks
+    scenario = scenario_of(num_decodes, len(chunks))
     decode_kv = sum(shape.decode_contexts)
-    chunks = shape.prefill_chunks
+    prefill_square = sum(c * c for c, _ in chunks)
+    cached_attention = sum(c * u for c, u in chunks)
+    prefill_tokens = sum(c for c, _ in chunks)
     x = Features(
-        prefill_attention=sum(c * (u + c) for c, u in chunks),
-        prefill_square=sum(c * c for c, _ in chunks),
-        cached_tokens=decode_kv + sum(u for _, u in chunks),
-        num_decodes=len(shape.decode_contexts),
-        decode_kv=decode_kv,
-        prefill_tokens=sum(c for c, _ in chunks),
-        max_chunk=max((c for c, _ in chunks), default=0),
+        cached_attention + prefill_square,
+        prefill_square,
+        decode_kv + sum(u for _, u in chunks),
+        num_decodes,
+        decode_kv,
+        prefill_tokens,
+        max((c for c, _ in chunks), default=0),
+        len(chunks),
+        cached_attention,
+        *token_terms(num_decodes + prefill_tokens),
     )
     return BatchFeatures(scenario, x)
 
@@ -84,8 +155,8 @@ class PrefillQueueProfile:
 
     __slots__ = (
         "_cached",
-        "_cum_attention",
         "_cum_cached",
+        "_cum_cached_attention",
         "_cum_remaining",
         "_cum_square",
         "_decode_kv",
@@ -116,30 +187,32 @@ class PrefillQueueProfile:
         self._scenario = Scenario.MIXED if num_decodes else Scenario.PREFILL_ONLY
         self._decode_only: BatchFeatures | None = None
         if num_decodes:
-            x = Features(0, 0, decode_kv, num_decodes, decode_kv, 0, 0)
+            x = Features(
+                0, 0, decode_kv, num_decodes, decode_kv, 0, 0, 0, 0, *token_terms(num_decodes)
+            )
             self._decode_only = BatchFeatures(Scenario.DECODE_ONLY, x)
         self._build_prefix_sums(candidates)
 
     def _build_prefix_sums(self, candidates: Sequence[tuple[int, int]]) -> None:
-        cum_remaining, cum_attention, cum_square, cum_cached = [0], [0], [0], [0]
+        cum_remaining, cum_cached_attention, cum_square, cum_cached = [0], [0], [0], [0]
         prefix_max, cached = [0], []
-        total_r = total_attention = total_square = total_cached = largest = 0
+        total_r = total_cached_attention = total_square = total_cached = largest = 0
         for r, u in candidates:
             if r < 1 or u < 0:
                 raise ValueError(f"bad prefill candidate (remaining={r}, cached={u})")
             total_r += r
-            total_attention += r * (u + r)
+            total_cached_attention += r * u
             total_square += r * r
             total_cached += u
             largest = max(largest, r)
             cum_remaining.append(total_r)
-            cum_attention.append(total_attention)
+            cum_cached_attention.append(total_cached_attention)
             cum_square.append(total_square)
             cum_cached.append(total_cached)
             prefix_max.append(largest)
             cached.append(u)
         self._cum_remaining = cum_remaining
-        self._cum_attention = cum_attention
+        self._cum_cached_attention = cum_cached_attention
         self._cum_square = cum_square
         self._cum_cached = cum_cached
         self._prefix_max = prefix_max
@@ -169,17 +242,21 @@ class PrefillQueueProfile:
         # Requests 0..k-2 are full; request k-1 takes what is left (possibly all of it).
         k = bisect_left(cum_remaining, b)
         c = b - cum_remaining[k - 1]
-        u = self._cached[k - 1]
         largest = self._prefix_max[k - 1]
-        decode_kv = self._decode_kv
+        cached_attention = self._cum_cached_attention[k - 1] + c * self._cached[k - 1]
+        square = self._cum_square[k - 1] + c * c
+        decode_kv, num_decodes = self._decode_kv, self._num_decodes
         x = Features(
-            self._cum_attention[k - 1] + c * (u + c),
-            self._cum_square[k - 1] + c * c,
+            cached_attention + square,
+            square,
             decode_kv + self._cum_cached[k],
-            self._num_decodes,
+            num_decodes,
             decode_kv,
             b,
             c if c > largest else largest,
+            k,
+            cached_attention,
+            *token_terms(num_decodes + b),
         )
         return BatchFeatures(self._scenario, x)
 

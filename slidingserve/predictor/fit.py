@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 from scipy.optimize import nnls
 
-from slidingserve.predictor.features import NUM_FEATURES, Scenario
+from slidingserve.predictor.features import DEFAULT_FEATURES, Scenario, feature_set
 from slidingserve.predictor.model import BatchLatencyPredictor, LinearModel, ModelChoice
 from slidingserve.predictor.report import AccuracyReport, error_stats
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from numpy.typing import NDArray
 
-    from slidingserve.predictor.features import Sample
+    from slidingserve.predictor.features import FeatureSet, Sample
 
     FloatArray = NDArray[np.float64]
 
@@ -42,10 +42,10 @@ class RobustFitConfig:
 
 
 def fit_linear(x: FloatArray, y: FloatArray, config: RobustFitConfig | None = None) -> LinearModel:
-    """Robust fit of y ≈ b + x·w with w ≥ 0 and b free; x is (n, 7) features, y seconds."""
+    """Robust fit of y ≈ b + x·w with w ≥ 0 and b free; x is (n, k) features, y seconds."""
     config = config or RobustFitConfig()
-    if x.ndim != 2 or x.shape[1] != NUM_FEATURES or y.shape != (x.shape[0],):
-        raise ValueError(f"need x of shape (n, {NUM_FEATURES}) and y of shape (n,)")
+    if x.ndim != 2 or x.shape[1] < 1 or y.shape != (x.shape[0],):
+        raise ValueError("need x of shape (n, k ≥ 1) and y of shape (n,)")
     if x.shape[0] == 0:
         raise ValueError("cannot fit without samples")
     weights = np.ones_like(y)
@@ -73,7 +73,7 @@ def weighted_nnls(x: FloatArray, y: FloatArray, weights: FloatArray) -> LinearMo
     a = (x - mean_x) * root[:, None]
     norms = np.linalg.norm(a, axis=0)
     usable = norms > 1e-12 * max(1.0, float(norms.max()))
-    coef = np.zeros(NUM_FEATURES)
+    coef = np.zeros(x.shape[1])
     if usable.any():
         beta, _ = nnls(a[:, usable] / norms[usable], (y - mean_y) * root)
         coef[usable] = beta / norms[usable]
@@ -126,20 +126,23 @@ def fit_predictor(
     seed: int = 0,
     min_samples_per_scenario: int = 30,
     config: RobustFitConfig | None = None,
+    features: str = DEFAULT_FEATURES,
 ) -> FitResult:
     """Fit the global model and one expert per scenario; choose per scenario by held-out MAE.
 
-    Samples are split per scenario (a `validation_fraction` of each is held out, chosen
-    with `seed`). A scenario with fewer than `min_samples_per_scenario` training samples
-    has no expert and uses the global model; with no held-out samples of a scenario, its
-    expert is used when it has one. The returned models are fitted on the training part
-    only, so the validation report describes exactly the predictor returned.
+    Every model weighs the feature set `features` ("paper" or "rich"). Samples are split
+    per scenario (a `validation_fraction` of each is held out, chosen with `seed`). A
+    scenario with fewer than `min_samples_per_scenario` training samples has no expert and
+    uses the global model; with no held-out samples of a scenario, its expert is used when
+    it has one. The returned models are fitted on the training part only, so the validation
+    report describes exactly the predictor returned.
     """
     if not 0.0 <= validation_fraction < 1.0:
         raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
+    chosen = feature_set(features)
     _check_samples(samples)
     train, held_out = _split(samples, validation_fraction, seed)
-    global_model = fit_linear(*_arrays(train), config)
+    global_model = _fit_model(train, chosen, config)
     experts: dict[Scenario, LinearModel] = {}
     choice: dict[Scenario, ModelChoice] = {}
     selection: dict[Scenario, CandidateErrors] = {}
@@ -147,12 +150,12 @@ def fit_predictor(
         own_train = [s for s in train if s.scenario is scenario]
         own_held_out = [s for s in held_out if s.scenario is scenario]
         if len(own_train) >= max(1, min_samples_per_scenario):
-            experts[scenario] = fit_linear(*_arrays(own_train), config)
+            experts[scenario] = _fit_model(own_train, chosen, config)
         errors = _candidate_errors(experts.get(scenario), global_model, own_held_out)
         selection[scenario] = errors
         if scenario in experts and errors.prefer_expert:
             choice[scenario] = ModelChoice.EXPERT
-    predictor = BatchLatencyPredictor(global_model, experts, choice)
+    predictor = BatchLatencyPredictor(global_model, experts, choice, chosen.name)
     return FitResult(
         predictor=predictor,
         training=AccuracyReport.evaluate(predictor, train),
@@ -160,6 +163,18 @@ def fit_predictor(
         selection=selection,
         num_samples=len(samples),
     )
+
+
+def _fit_model(
+    samples: Sequence[Sample], chosen: FeatureSet, config: RobustFitConfig | None
+) -> LinearModel:
+    """`fit_linear` on the columns of `chosen`; the other weights of its width are zero."""
+    x, y = _arrays(samples, chosen.width)
+    fitted = fit_linear(x[:, list(chosen.columns)], y, config)
+    weights = [0.0] * chosen.width
+    for column, weight in zip(chosen.columns, fitted.weights, strict=True):
+        weights[column] = weight
+    return LinearModel(fitted.intercept, tuple(weights))
 
 
 def _check_samples(samples: Sequence[Sample]) -> None:
@@ -188,8 +203,9 @@ def _split(
     return train, held_out
 
 
-def _arrays(samples: Sequence[Sample]) -> tuple[FloatArray, FloatArray]:
-    x = np.array([s.x for s in samples], dtype=float).reshape(-1, NUM_FEATURES)
+def _arrays(samples: Sequence[Sample], width: int) -> tuple[FloatArray, FloatArray]:
+    """The first `width` features of `samples` as an (n, width) array, and their times."""
+    x = np.array([s.x[:width] for s in samples], dtype=float).reshape(-1, width)
     y = np.array([s.seconds for s in samples], dtype=float)
     return x, y
 
@@ -199,7 +215,7 @@ def _candidate_errors(
 ) -> CandidateErrors:
     if not held_out:
         return CandidateErrors(math.nan, math.nan)
-    x, y = _arrays(held_out)
+    x, y = _arrays(held_out, len(global_model.weights))
     global_mae = error_stats(_predict(global_model, x), y).mae
     expert_mae = math.nan if expert is None else error_stats(_predict(expert, x), y).mae
     return CandidateErrors(expert_mae, global_mae)

@@ -1,14 +1,17 @@
 """Save and load a predictor's coefficients with their metadata, and optionally the measured
 batches it was fitted to, as one JSON file.
 
-The file is one JSON object (format version 2; version 1 files, the same without
-`batches`, are read too):
+The file is one JSON object (format version 3; versions 1 and 2, the same without
+`features`, and version 1 also without `batches`, are read too):
 
     format          "slidingserve-predictor"
-    format_version  2
+    format_version  3
     metadata        {model, hardware, num_samples, created, training, validation}
-    feature_names   the seven feature names, in order (SPEC §3)
-    global          {"intercept": seconds, "weights": [seconds per feature unit × 7]}
+    features        the feature set the models weigh: "paper" or "rich"; a file without
+                    it is "paper" (all that versions 1 and 2 knew)
+    feature_names   the names of the features weighed, in order: the first `width` of
+                    `Features` (the seven of SPEC §3 for "paper")
+    global          {"intercept": seconds, "weights": [seconds per feature unit, one per name]}
     experts         {scenario: {"intercept": .., "weights": [..]}}
     choice          {scenario: "expert" | "global"}
     batches         optional: the timed batches of the profile, one a line, each
@@ -31,7 +34,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from slidingserve.core.batch import BatchShape, TimedBatch
 from slidingserve.core.checks import is_integer, is_number
-from slidingserve.predictor.features import Features, Scenario
+from slidingserve.predictor.features import PAPER, Features, Scenario, feature_set
 from slidingserve.predictor.model import BatchLatencyPredictor, LinearModel, ModelChoice
 from slidingserve.predictor.report import AccuracyReport, ErrorStats
 
@@ -41,8 +44,9 @@ if TYPE_CHECKING:
     from slidingserve.predictor.fit import FitResult
 
 FORMAT_NAME = "slidingserve-predictor"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # 1: the same without `batches`
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)  # 2: the same without `features`; 1: also without `batches`
+LEGACY_FEATURES = PAPER.name  # the feature set of a file that names none
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +119,8 @@ def predictor_to_dict(
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "metadata": _metadata_to_dict(metadata),
-        "feature_names": list(Features._fields),
+        "features": predictor.features,
+        "feature_names": _feature_names(predictor.features),
         "global": _model_to_dict(predictor.global_model),
         "experts": {s.value: _model_to_dict(m) for s, m in predictor.experts.items()},
         "choice": {s.value: c.value for s, c in predictor.choice.items()},
@@ -135,15 +140,21 @@ def predictor_from_dict(data: object) -> LoadedPredictor:
         raise ValueError(
             f"format_version {version} is not supported (expected one of {READABLE_VERSIONS})"
         )
+    features = _features_from(root.get("features", LEGACY_FEATURES))
     names = _field(root, "feature_names", "")
-    if names != list(Features._fields):
-        raise ValueError(f"feature_names: expected {list(Features._fields)}, got {names!r}")
+    if names != _feature_names(features):
+        raise ValueError(f"feature_names: expected {_feature_names(features)}, got {names!r}")
     experts_data = _mapping(_field(root, "experts", ""), "experts")
     choice_data = _mapping(_field(root, "choice", ""), "choice")
+    width = feature_set(features).width
     predictor = _build(
-        _model_from(_field(root, "global", ""), "global"),
-        {_scenario(k, "experts"): _model_from(v, f"experts.{k}") for k, v in experts_data.items()},
+        _model_from(_field(root, "global", ""), "global", width),
+        {
+            _scenario(k, "experts"): _model_from(v, f"experts.{k}", width)
+            for k, v in experts_data.items()
+        },
         {_scenario(k, "choice"): _choice(v, f"choice.{k}") for k, v in choice_data.items()},
+        features,
     )
     metadata = _metadata_from(_field(root, "metadata", ""), version)
     batches = _batches_from(root.get("batches", []))
@@ -192,13 +203,26 @@ def _chunk(data: object, where: str) -> tuple[int, int]:
     return tokens, cached
 
 
+def _feature_names(features: str) -> list[str]:
+    return list(Features._fields[: feature_set(features).width])
+
+
+def _features_from(value: object) -> str:
+    name = _string(value, "features")
+    try:
+        return feature_set(name).name
+    except ValueError as error:
+        raise ValueError(f"features: {error}") from None
+
+
 def _build(
     global_model: LinearModel,
     experts: dict[Scenario, LinearModel],
     choice: dict[Scenario, ModelChoice],
+    features: str,
 ) -> BatchLatencyPredictor:
     try:
-        return BatchLatencyPredictor(global_model, experts, choice)
+        return BatchLatencyPredictor(global_model, experts, choice, features)
     except ValueError as error:
         raise ValueError(f"choice: {error}") from None
 
@@ -207,12 +231,15 @@ def _model_to_dict(model: LinearModel) -> dict[str, object]:
     return {"intercept": model.intercept, "weights": list(model.weights)}
 
 
-def _model_from(data: object, where: str) -> LinearModel:
+def _model_from(data: object, where: str, width: int) -> LinearModel:
+    """The model at `where`, which must have `width` weights (one per feature name)."""
     fields = _mapping(data, where)
     intercept = _number(_field(fields, "intercept", where), f"{where}.intercept")
     raw = _field(fields, "weights", where)
     if not isinstance(raw, list):
         raise ValueError(f"{where}.weights: expected a list of numbers, got {raw!r}")
+    if len(raw) != width:
+        raise ValueError(f"{where}: expected {width} weights (one per feature), got {len(raw)}")
     weights = tuple(_number(w, f"{where}.weights[{i}]") for i, w in enumerate(raw))
     try:
         return LinearModel(intercept, weights)

@@ -6,9 +6,16 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import mul
 from typing import TYPE_CHECKING, Protocol
 
-from slidingserve.predictor.features import NUM_FEATURES, Scenario, batch_features
+from slidingserve.predictor.features import (
+    NUM_RICH_FEATURES,
+    PAPER,
+    Scenario,
+    batch_features,
+    feature_set,
+)
 
 if TYPE_CHECKING:
     from slidingserve.core.batch import BatchShape
@@ -25,14 +32,17 @@ class LatencyModel(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class LinearModel:
-    """T̂ = intercept + Σ_j w_j x_j, seconds; weights are non-negative, the intercept free."""
+    """T̂ = intercept + Σ_j w_j x_j, seconds; weights are non-negative, the intercept free.
+
+    It weighs the first len(weights) features: 7 for the paper's set, more for a richer one.
+    """
 
     intercept: float  # seconds
-    weights: tuple[float, ...]  # seconds per unit of x1..x7, each ≥ 0
+    weights: tuple[float, ...]  # seconds per unit of x1, x2, ..., each ≥ 0
 
     def __post_init__(self) -> None:
-        if len(self.weights) != NUM_FEATURES:
-            raise ValueError(f"expected {NUM_FEATURES} weights, got {len(self.weights)}")
+        if not 1 <= len(self.weights) <= NUM_RICH_FEATURES:
+            raise ValueError(f"expected 1 to {NUM_RICH_FEATURES} weights, got {len(self.weights)}")
         if not math.isfinite(self.intercept):
             raise ValueError(f"intercept must be finite, got {self.intercept!r}")
         for j, w in enumerate(self.weights):
@@ -41,17 +51,8 @@ class LinearModel:
 
     def predict(self, x: Features) -> float:
         """Predicted time of a batch with features `x`, seconds."""
-        w = self.weights
-        return (
-            self.intercept
-            + w[0] * x[0]
-            + w[1] * x[1]
-            + w[2] * x[2]
-            + w[3] * x[3]
-            + w[4] * x[4]
-            + w[5] * x[5]
-            + w[6] * x[6]
-        )
+        # map stops at the shorter: the features after the weights are not weighed.
+        return sum(map(mul, self.weights, x), self.intercept)
 
 
 class ModelChoice(enum.Enum):
@@ -66,15 +67,18 @@ class BatchLatencyPredictor:
     """One linear expert per scenario plus a global model, chosen per scenario at fit time.
 
     A scenario uses its expert when `choice` says EXPERT (and the expert exists), otherwise
-    the global model. Immutable: online refits build a new predictor and swap it in.
+    the global model. Every model weighs the features of the set `features` (`paper` or
+    `rich`, see `features.py`). Immutable: online refits build a new predictor and swap it in.
     """
 
     global_model: LinearModel
     experts: Mapping[Scenario, LinearModel] = field(default_factory=dict)
     choice: Mapping[Scenario, ModelChoice] = field(default_factory=dict)
+    features: str = PAPER.name  # the feature set of its models
     _active: dict[Scenario, LinearModel] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self._check_widths()
         for scenario, chosen in self.choice.items():
             if chosen is ModelChoice.EXPERT and scenario not in self.experts:
                 raise ValueError(f"{scenario.value} chooses its expert, but it has none")
@@ -83,10 +87,20 @@ class BatchLatencyPredictor:
         active = {scenario: self.model_for(scenario) for scenario in Scenario}
         object.__setattr__(self, "_active", active)
 
+    def _check_widths(self) -> None:
+        width = feature_set(self.features).width
+        models = {"global": self.global_model, **{s.value: m for s, m in self.experts.items()}}
+        for name, model in models.items():
+            if len(model.weights) != width:
+                raise ValueError(
+                    f"{name}: expected {width} weights for the {self.features} features, "
+                    f"got {len(model.weights)}"
+                )
+
     @classmethod
-    def single(cls, model: LinearModel) -> BatchLatencyPredictor:
-        """A predictor that uses `model` for every scenario."""
-        return cls(global_model=model)
+    def single(cls, model: LinearModel, features: str = PAPER.name) -> BatchLatencyPredictor:
+        """A predictor that uses `model`, of the feature set `features`, for every scenario."""
+        return cls(global_model=model, features=features)
 
     def model_for(self, scenario: Scenario) -> LinearModel:
         """The model that predicts `scenario`."""

@@ -56,7 +56,8 @@ class OnlineLearner:
     a background thread started by `start` refits every `refit_every` new samples or
     `refit_interval` seconds and swaps the new predictor in; `refit_now` does one refit in
     the calling thread (deterministic, for tests and offline use). A failed refit is
-    logged and the previous predictor stays.
+    logged and the previous predictor stays. Every refit weighs the feature set of the
+    initial predictor ("paper" stays paper, "rich" stays rich).
 
     `on_refit`, if given, is called after every refit attempt (successful or not) with the
     very samples that refit used, in the same thread; if it raises, the error is logged and
@@ -163,6 +164,7 @@ class OnlineLearner:
                 validation_fraction=config.validation_fraction,
                 seed=config.seed + self._num_fits,
                 min_samples_per_scenario=config.min_samples_per_scenario,
+                features=self._predictor.features,
             )
         except Exception:
             # Any error of a fit (singular data, a numerical failure) must leave the engine

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from slidingserve.core.batch import BatchShape
-from slidingserve.predictor.features import Sample
+from slidingserve.predictor.features import DEFAULT_FEATURES, Sample
 from slidingserve.predictor.fit import fit_predictor
 
 if TYPE_CHECKING:
@@ -92,13 +92,17 @@ def fit_from_timer(
     max_context: int = 8192,
     max_decodes: int = 256,
     min_samples_per_scenario: int = 30,
+    features: str = DEFAULT_FEATURES,
 ) -> tuple[BatchLatencyPredictor, AccuracyReport]:
-    """Time `n_samples` random batches with `timer` (seconds) and fit a predictor.
+    """Time `n_samples` random batches with `timer` (seconds) and fit a predictor of the
+    feature set `features`.
 
     Returns the predictor and its accuracy on the held-out part of the samples.
     """
     rng = np.random.default_rng(seed)
     shapes = random_batch_shapes(n_samples, rng, max_tokens, max_context, max_decodes)
     samples = [Sample.from_shape(shape, timer(shape)) for shape in shapes]
-    result = fit_predictor(samples, validation_fraction, seed, min_samples_per_scenario)
+    result = fit_predictor(
+        samples, validation_fraction, seed, min_samples_per_scenario, features=features
+    )
     return result.predictor, result.validation

@@ -34,16 +34,18 @@ class TestBatchFeatures:
         scenario, x = batch_features(shape)
         assert scenario is Scenario.MIXED
         # x1 = 10·(5+10) + 4·(0+4) = 150 + 16; x2 = 100 + 16; x3 = 100+300+5+0
-        assert x == Features(166, 116, 405, 2, 400, 14, 10)
+        # x8 = 2 chunks; x9 = 10·5 + 4·0; T = 2 + 14 = 16 tokens: one tile, no segment
+        assert x == Features(166, 116, 405, 2, 400, 14, 10, 2, 50, 1, 0, 0, 0)
 
     def test_decode_only(self) -> None:
         result = batch_features(BatchShape((7, 9, 11), ()))
-        assert result == BatchFeatures(Scenario.DECODE_ONLY, Features(0, 0, 27, 3, 27, 0, 0))
+        x = Features(0, 0, 27, 3, 27, 0, 0, 0, 0, 1, 0, 0, 0)
+        assert result == BatchFeatures(Scenario.DECODE_ONLY, x)
 
     def test_prefill_only_one_token_chunk_is_still_a_prefill(self) -> None:
         scenario, x = batch_features(BatchShape((), ((1, 50),)))
         assert scenario is Scenario.PREFILL_ONLY
-        assert x == Features(51, 1, 50, 0, 0, 1, 1)
+        assert x == Features(51, 1, 50, 0, 0, 1, 1, 1, 50, 1, 0, 0, 0)
 
     def test_empty_batch_is_invalid(self) -> None:
         with pytest.raises(ValueError, match="empty"):
@@ -63,7 +65,8 @@ class TestPrefillQueueProfile:
         assert profile.capacity == 15
         scenario, x = profile.features_at(7)  # request 0 full (5), request 1 takes 2
         assert scenario is Scenario.MIXED
-        assert x == Features(5 * 105 + 2 * 5, 25 + 4, 20 + 100 + 3, 1, 20, 7, 5)
+        paper = (5 * 105 + 2 * 5, 25 + 4, 20 + 100 + 3, 1, 20, 7, 5)
+        assert x == Features(*paper, 2, 5 * 100 + 2 * 3, 1, 0, 0, 0)
 
     def test_zero_tokens_is_decode_only(self) -> None:
         profile = PrefillQueueProfile([4, 6], [(3, 0)])

@@ -75,7 +75,11 @@ class TestFitLinear:
 
     def test_rejects_bad_shapes(self) -> None:
         with pytest.raises(ValueError, match="shape"):
-            fit_linear(np.zeros((3, 6)), np.zeros(3))
+            fit_linear(np.zeros((3, 7)), np.zeros(4))
+        with pytest.raises(ValueError, match="shape"):
+            fit_linear(np.zeros((3, 0)), np.zeros(3))
+        with pytest.raises(ValueError, match="shape"):
+            fit_linear(np.zeros(3), np.zeros(3))
         with pytest.raises(ValueError, match="without samples"):
             fit_linear(np.zeros((0, 7)), np.zeros(0))
 

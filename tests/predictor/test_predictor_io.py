@@ -184,7 +184,7 @@ class TestBatches:
         )
         assert lines[start + 4 :] == ["  ]", "}"]
         data = json.loads(text)
-        assert data["format_version"] == FORMAT_VERSION == 2
+        assert data["format_version"] == FORMAT_VERSION == 3
         assert list(data)[-1] == "batches" and len(data["batches"]) == 3
 
     def test_without_batches_the_key_is_absent(self, tmp_path: Path) -> None:
@@ -230,3 +230,66 @@ class TestBatches:
         with pytest.raises(ValueError, match=message) as error:
             predictor_from_dict(data)
         assert "batches[1]" in str(error.value)
+
+
+def make_rich_predictor() -> BatchLatencyPredictor:
+    weights = (0.0, 1e-9, 1e-8, 2e-5, 3e-8, 1.5e-5, 1e-6, 2e-3, 1e-10, 4e-3, 1e-6, 2e-6, 3e-6)
+    mixed = LinearModel(0.002, tuple(2 * w for w in weights))
+    return BatchLatencyPredictor(
+        LinearModel(0.004, weights),
+        {Scenario.MIXED: mixed},
+        {Scenario.MIXED: ModelChoice.EXPERT},
+        features="rich",
+    )
+
+
+class TestFeatureSets:
+    def test_a_rich_predictor_round_trips_with_its_feature_set(self, tmp_path: Path) -> None:
+        path = tmp_path / "rich.json"
+        save_predictor(path, make_rich_predictor(), make_metadata())
+        data = json.loads(path.read_text())
+        assert data["features"] == "rich"
+        assert len(data["feature_names"]) == 13
+        names = ["num_prefills", "prefill_cached_attention", "token_tiles"]
+        assert data["feature_names"][7:10] == names
+        loaded = load_predictor(path).predictor
+        assert loaded == make_rich_predictor()
+        shape = BatchShape((300,) * 40, ((700, 100), (90, 0)))
+        assert loaded.predict(shape) == make_rich_predictor().predict(shape)
+
+    def test_a_paper_file_names_its_seven_features(self) -> None:
+        data = good_dict()
+        assert data["features"] == "paper"
+        assert data["feature_names"] == [
+            *("prefill_attention", "prefill_square", "cached_tokens", "num_decodes"),
+            *("decode_kv", "prefill_tokens", "max_chunk"),
+        ]
+
+    @pytest.mark.parametrize("version", [1, 2, 3])
+    def test_a_file_without_a_feature_set_is_paper(self, version: int) -> None:
+        old = good_dict()
+        del old["features"]
+        old["format_version"] = version
+        loaded = predictor_from_dict(old)
+        assert loaded.predictor == make_predictor()
+        assert loaded.predictor.features == "paper"
+
+    def test_a_rich_file_read_as_paper_is_refused(self) -> None:
+        data = predictor_to_dict(make_rich_predictor(), make_metadata())
+        del data["features"]
+        with pytest.raises(ValueError, match="feature_names: expected"):
+            predictor_from_dict(data)
+
+    @pytest.mark.parametrize(
+        ("change", "message"),
+        [
+            ({"features": "fancy"}, "features: unknown feature set 'fancy'"),
+            ({"features": 7}, "features: expected a string"),
+            ({"global": {"intercept": 0.0, "weights": [0.0] * 7}}, "global: expected 13 weights"),
+        ],
+    )
+    def test_a_bad_rich_file_names_the_field(self, change: dict[str, object], message: str) -> None:
+        data = predictor_to_dict(make_rich_predictor(), make_metadata())
+        data.update(change)
+        with pytest.raises(ValueError, match=message):
+            predictor_from_dict(data)

@@ -21,13 +21,16 @@ MIXED = LinearModel(0.5, (0.0,) * 7)
 
 class TestLinearModel:
     def test_predict_by_hand(self) -> None:
-        x = Features(1, 1, 1, 1, 1, 1, 2)
-        assert GLOBAL.predict(x) == pytest.approx(0.001 + 28 + 7)
+        x = Features(1, 1, 1, 1, 1, 1, 2, 100, 100, 100, 100, 100, 100)
+        assert GLOBAL.predict(x) == pytest.approx(0.001 + 28 + 7)  # x8.. are not weighed
+        rich = LinearModel(0.001, (0.0, 1.0, 0, 0, 0, 0, 0, 2.0, 0, 0, 0, 0, 3.0))
+        assert rich.predict(x) == pytest.approx(0.001 + 1 + 200 + 300)
 
     @pytest.mark.parametrize(
         ("intercept", "weights", "message"),
         [
-            (0.0, (0.0,) * 6, "expected 7 weights"),
+            (0.0, (), "expected 1 to 13 weights"),
+            (0.0, (0.0,) * 14, "expected 1 to 13 weights"),
             (0.0, (0.0, -1e-9, 0.0, 0.0, 0.0, 0.0, 0.0), "x2 must be finite and ≥ 0"),
             (0.0, (math.inf,) + (0.0,) * 6, "x1 must be finite"),
             (math.nan, (0.0,) * 7, "intercept must be finite"),
@@ -62,6 +65,28 @@ class TestBatchLatencyPredictor:
         decode = BatchShape((5, 6), ())
         assert predictor.predict(decode) == predictor.predict_features(*batch_features(decode))
         assert predictor.predict(decode) == pytest.approx(0.001 + 3 * 11 + 4 * 2 + 5 * 11)
+
+    @pytest.mark.parametrize(
+        ("weights", "features", "message"),
+        [
+            (6, "paper", "global: expected 7 weights for the paper features, got 6"),
+            (7, "rich", "global: expected 13 weights for the rich features, got 7"),
+        ],
+    )
+    def test_models_must_weigh_the_feature_set(
+        self, weights: int, features: str, message: str
+    ) -> None:
+        with pytest.raises(ValueError, match=message):
+            BatchLatencyPredictor.single(LinearModel(0.0, (0.0,) * weights), features)
+
+    def test_an_expert_must_weigh_the_feature_set_too(self) -> None:
+        rich = LinearModel(0.0, (0.0,) * 13)
+        with pytest.raises(ValueError, match="mixed: expected 13 weights"):
+            BatchLatencyPredictor(rich, {Scenario.MIXED: MIXED}, {}, "rich")
+
+    def test_unknown_feature_set(self) -> None:
+        with pytest.raises(ValueError, match="unknown feature set 'fancy'"):
+            BatchLatencyPredictor.single(GLOBAL, "fancy")
 
     def test_expert_choice_needs_an_expert(self) -> None:
         with pytest.raises(ValueError, match="prefill_only chooses its expert"):

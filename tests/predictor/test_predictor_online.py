@@ -58,6 +58,16 @@ class TestRefitNow:
         assert learner.predictor.predict(shape) == pytest.approx(TRUTH.predict(shape), rel=1e-3)
         assert before.predict(shape) == 1.0  # a reader's old reference is untouched
 
+    @pytest.mark.parametrize("features", ["paper", "rich"])
+    def test_refits_keep_the_feature_set(self, features: str) -> None:
+        width = 7 if features == "paper" else 13
+        start = BatchLatencyPredictor.single(LinearModel(1.0, (0.0,) * width), features)
+        learner = OnlineLearner(start, OnlineConfig(min_samples=100))
+        feed(learner, 300)
+        assert learner.refit_now() is not None
+        assert learner.predictor.features == features
+        assert len(learner.predictor.global_model.weights) == width
+
     def test_too_few_samples_keeps_the_predictor(self) -> None:
         learner = OnlineLearner(STALE, OnlineConfig(min_samples=100))
         feed(learner, 99)

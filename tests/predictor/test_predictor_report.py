@@ -14,8 +14,8 @@ from slidingserve.predictor import (
     error_stats,
 )
 
-DECODE_X = Features(0, 0, 10, 1, 10, 0, 0)
-PREFILL_X = Features(4, 4, 0, 0, 0, 2, 2)
+DECODE_X = Features(0, 0, 10, 1, 10, 0, 0, 0, 0, 1, 0, 0, 0)
+PREFILL_X = Features(4, 4, 0, 0, 0, 2, 2, 1, 0, 1, 0, 0, 0)
 
 
 def constant_predictor(seconds: float) -> BatchLatencyPredictor:
