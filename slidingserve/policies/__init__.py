@@ -12,6 +12,7 @@ from slidingserve.policies.sarathi_edf import SarathiEdfPolicy
 from slidingserve.policies.slidingserve import (
     SlidingChunkerEdfPolicy,
     SlidingChunkerMlpsPolicy,
+    SlidingServePaperPolicy,
     SlidingServePolicy,
 )
 from slidingserve.policies.vllm_fcfs import VllmPolicy, VllmPriorityPolicy
@@ -26,6 +27,7 @@ POLICIES: dict[str, type[Policy]] = {
     SarathiEdfPolicy.name: SarathiEdfPolicy,
     QoServePolicy.name: QoServePolicy,
     SlidingServePolicy.name: SlidingServePolicy,
+    SlidingServePaperPolicy.name: SlidingServePaperPolicy,
     SlidingChunkerEdfPolicy.name: SlidingChunkerEdfPolicy,
     SlidingChunkerMlpsPolicy.name: SlidingChunkerMlpsPolicy,
     RandomChunkPolicy.name: RandomChunkPolicy,

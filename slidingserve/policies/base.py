@@ -37,6 +37,9 @@ class PolicyContext:
     limits: EngineLimits
     predictor: LatencyModel | None = None  # batch-time model, for policies that plan
     profile: Sequence[TimedBatch] = ()  # timed batches, for policies that fit their own model
+    # The same batches fitted with each feature set, by set name ("paper", "rich"), for a
+    # policy whose configuration names one; empty: only `predictor` is known.
+    predictors: Mapping[str, LatencyModel] = dataclasses.field(default_factory=dict)
 
 
 class Policy(ABC):

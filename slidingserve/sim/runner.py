@@ -126,7 +126,9 @@ def context_for(
     if not needs_calibration(policy):
         return PolicyContext(limits)
     calibrated = calibration()
-    return PolicyContext(limits, calibrated.predictor, calibrated.batches)
+    return PolicyContext(
+        limits, calibrated.predictor, calibrated.batches, dict(calibrated.predictors)
+    )
 
 
 def policy_context(spec: SimulationSpec) -> PolicyContext:

@@ -6,6 +6,7 @@ from slidingserve.policies.slidingserve.config import SlidingServeConfig
 from slidingserve.policies.slidingserve.policy import (
     SlidingChunkerEdfPolicy,
     SlidingChunkerMlpsPolicy,
+    SlidingServePaperPolicy,
     SlidingServePolicy,
 )
 from slidingserve.policies.slidingserve.stats import DecisionRecord
@@ -15,5 +16,6 @@ __all__ = [
     "SlidingChunkerEdfPolicy",
     "SlidingChunkerMlpsPolicy",
     "SlidingServeConfig",
+    "SlidingServePaperPolicy",
     "SlidingServePolicy",
 ]

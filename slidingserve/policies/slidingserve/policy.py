@@ -24,6 +24,7 @@ from slidingserve.policies.slidingserve.constructor import (
     risky_prefills,
 )
 from slidingserve.policies.slidingserve.mlps import edf_order, mlps_order
+from slidingserve.policies.slidingserve.overload import Triage, drop_largest, relegate_hopeless
 from slidingserve.policies.slidingserve.stats import DecisionRecord, Stopwatch, TimedModel
 from slidingserve.policies.slidingserve.windows import decode_horizons
 from slidingserve.predictor import PrefillQueueProfile
@@ -47,29 +48,50 @@ class Construction(NamedTuple):
 NO_CONSTRUCTION = Construction(None, False)
 
 
+DESIGN: Mapping[str, Any] = {
+    "sorter": "edf",
+    "lost_last": True,
+    "overload": "drop-largest",
+    "batch_constructor": False,
+    "chunker": "window",
+    "window": 1,
+    "token_quantum": 128,
+    "time_margin": 1.1,
+    "features": "rich",
+}
+"""The switches of `slidingserve`, chosen by measurement (README, "The design"): deadline
+order with lost requests last; Moore–Hodgson triage of the prefill queue; the greedy budget
+of the tightest decode slack ÷ 1.1, its total rounded down to a 128-token tile; the rich
+predictor. Every other switch is at the paper's setting."""
+
+
 class SlidingServePolicy(Policy):
-    """MLPS order; the violation checker on the largest candidate batch; the
-    BatchConstructor when a prefill is at risk, else the SlidingChunker's budget."""
+    """The policy family: a prefill order, an optional triage of hopeless prefills, the
+    violation checker and BatchConstructor when a prefill is at risk, else the
+    SlidingChunker's budget. As `slidingserve` it runs `DESIGN`; `slidingserve-paper` and
+    its ablations run the paper's switches."""
 
     name = "slidingserve"
     config_type = SlidingServeConfig
     needs_predictor = True
-    preset: ClassVar[Mapping[str, Any]] = {}  # the variant's switches, under user options
+    preset: ClassVar[Mapping[str, Any]] = DESIGN  # the variant's switches, under user options
     config: SlidingServeConfig
 
     def __init__(self, config: SlidingServeConfig, context: PolicyContext) -> None:
         super().__init__(config, context)
-        if context.predictor is None:
+        predictor = context.predictors.get(config.features, context.predictor)
+        if predictor is None:
             raise ValueError(f"policy {self.name!r} needs a batch-latency predictor")
         limit = context.limits.max_num_batched_tokens
         self.max_tokens = min(config.max_batch_tokens or limit, limit)
-        self.model = TimedModel(context.predictor)
+        self.model = TimedModel(predictor)
         self.throughput = self._initial_throughput()
         # Bounded: a server runs for days; the last MAX_DECISIONS iterations are kept.
         self.decisions: deque[DecisionRecord] = deque(maxlen=MAX_DECISIONS)
         # Iterations whose knapsack selection PlanBuilder could not grant in full (KV blocks,
         # admissions, batch-size cap), so the chunker planned them instead.
         self.constructor_fallbacks = 0
+        self.relegated: set[str] = set()  # ids relegated for good (overload="relegate")
         self.constructor = BatchConstructor(
             self.model,
             ConstructorSettings(
@@ -104,7 +126,7 @@ class SlidingServePolicy(Policy):
         """Sort; the BatchConstructor's plan if a prefill is at risk and its selection can be
         granted in full; else the SlidingChunker's."""
         queue = watch.run("mlps", lambda: self._sorted_queue(view))
-        horizons = decode_horizons(view.decoding, view.now, max(2, self.config.window))
+        horizons = self._horizons(view)
         construction = NO_CONSTRUCTION
         if self.config.batch_constructor and queue:
             construction = watch.run(
@@ -130,12 +152,53 @@ class SlidingServePolicy(Policy):
         seconds = self.model.predict_shape(BatchShape((), ((self.max_tokens, 0),)))
         return self.max_tokens / seconds if seconds > 0 else 1.0
 
+    def _horizons(self, view: SchedulerView) -> list[float]:
+        """The decode windows (SPEC §5), shrunk by `time_margin` and capped at
+        `iteration_cap` × the tightest L_tbt per window when those switches are on."""
+        config = self.config
+        horizons = decode_horizons(view.decoding, view.now, max(2, config.window))
+        if config.time_margin != 1:
+            horizons = [h / config.time_margin for h in horizons]
+        if config.iteration_cap and view.decoding:
+            step = config.iteration_cap * min(r.slo.tbt for r in view.decoding)
+            horizons = [min(h, (j + 1) * step) for j, h in enumerate(horizons)]
+        return horizons
+
     def _sorted_queue(self, view: SchedulerView) -> list[Request]:
         candidates = view.prefill_candidates()
-        if self.config.sorter == "edf":
-            return edf_order(candidates)
         config = self.config
-        return mlps_order(candidates, view.now, self.throughput, config.alpha, config.epsilon)
+        if config.sorter == "edf":
+            queue = edf_order(candidates)
+            if config.lost_last:
+                queue = [r for r in queue if r.next_deadline > view.now] + [
+                    r for r in queue if r.next_deadline <= view.now
+                ]
+        else:
+            queue = mlps_order(candidates, view.now, self.throughput, config.alpha, config.epsilon)
+        if config.overload == "none":
+            return queue
+        triage = self._triage(view, queue)
+        return triage.keep + triage.give_up
+
+    def _triage(self, view: SchedulerView, queue: list[Request]) -> Triage:
+        rate = self._triage_rate(view)
+        if self.config.overload == "relegate":
+            self.relegated &= {r.request_id for r in queue}
+            return relegate_hopeless(queue, view.now, rate, self.relegated)
+        return drop_largest(queue, view.now, rate)
+
+    def _triage_rate(self, view: SchedulerView) -> float:
+        """Prefill tokens per second the triage assumes: the observed EMA ρ_t, or what the
+        predictor gives for iterations of the tightest L_tbt beside today's decodes."""
+        if self.config.triage_rate == "ema" or not view.decoding:
+            return self.throughput
+        tbt = min(r.slo.tbt for r in view.decoding)
+        profile = PrefillQueueProfile(
+            [r.num_computed for r in view.decoding], [(self.max_tokens, 0)]
+        )
+        times = QueueTimes(self.model, profile, self.max_tokens)
+        tokens = times.tokens_within(tbt)
+        return (tokens or 0) / tbt
 
     def _construct(self, view: SchedulerView, queue: list[Request], t_cur: float) -> Construction:
         """The BatchConstructor's plan if the candidate batch puts a live prefill at risk.
@@ -185,7 +248,11 @@ class SlidingServePolicy(Policy):
 
     def _chunk(self, view: SchedulerView, queue: list[Request], horizons: list[float]) -> Plan:
         choice = self._chunk_choice(view, queue, horizons)
-        builder = PlanBuilder(view, len(view.decoding) + choice.prefill_tokens)
+        total = len(view.decoding) + choice.prefill_tokens
+        quantum = self.config.token_quantum
+        if quantum and total >= quantum and choice.prefill_tokens:
+            total = max(len(view.decoding), total - total % quantum)
+        builder = PlanBuilder(view, total)
         builder.add_decodes(view.decoding)
         builder.add_prefills(queue)
         return builder.build(f"chunker:{choice.reason}")
@@ -214,14 +281,22 @@ def grants_in_full(plan: Plan, selection: Selection) -> bool:
     return all(granted.get(id(r)) == r.remaining_prefill for r in selection.requests)
 
 
-class SlidingChunkerEdfPolicy(SlidingServePolicy):
+class SlidingServePaperPolicy(SlidingServePolicy):
+    """The paper's algorithm (SPEC §2–§6): MLPS order, the violation checker and
+    BatchConstructor, the SlidingChunker's ternary split, the paper's seven features."""
+
+    name = "slidingserve-paper"
+    preset: ClassVar[Mapping[str, Any]] = {}
+
+
+class SlidingChunkerEdfPolicy(SlidingServePaperPolicy):
     """Ablation: Sarathi-EDF's order with the SlidingChunker for the budget."""
 
     name = "slidingserve-sc"
     preset: ClassVar[Mapping[str, Any]] = {"sorter": "edf", "batch_constructor": False}
 
 
-class SlidingChunkerMlpsPolicy(SlidingServePolicy):
+class SlidingChunkerMlpsPolicy(SlidingServePaperPolicy):
     """Ablation: MLPS and the SlidingChunker, no BatchConstructor."""
 
     name = "slidingserve-sc-mlps"

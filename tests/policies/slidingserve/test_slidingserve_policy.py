@@ -21,7 +21,7 @@ NOW = 1.0
 
 
 def policy(limits: EngineLimits, **options: Any) -> SlidingServePolicy:
-    built = make_policy("slidingserve", PolicyContext(limits, AFFINE), options)
+    built = make_policy("slidingserve-paper", PolicyContext(limits, AFFINE), options)
     assert isinstance(built, SlidingServePolicy)
     return built
 
