@@ -33,6 +33,9 @@ class Plan:
     chunks: list[ScheduledChunk] = field(default_factory=list)
     path: str = ""  # which decision path produced it (for instrumentation)
     predicted_time: float | None = None  # the policy's prediction of the iteration, seconds
+    # Waiting requests the policy refuses (admission control): the engine finishes them at
+    # once, before the iteration, with no token; never in `chunks`.
+    refused: list[Request] = field(default_factory=list)
 
     @property
     def total_tokens(self) -> int:

@@ -28,6 +28,7 @@ class Phase(enum.Enum):
     DECODING = "decoding"
     """Prefill done, one token per iteration until the output is complete."""
     FINISHED = "finished"
+    """Every output token emitted, or refused at admission (`Request.refused`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,7 @@ class Request:
     num_generated: int = 0  # output tokens emitted so far
     num_preemptions: int = 0
     token_times: list[float] = field(default_factory=list)  # emission time of each token
+    refused: bool = False  # finished at once by admission control, no token emitted
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1:

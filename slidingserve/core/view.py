@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -75,6 +76,12 @@ class SchedulerView:
     @property
     def num_running(self) -> int:
         return len(self.running)
+
+    def without(self, waiting: Sequence[Request]) -> SchedulerView:
+        """The same view without these waiting requests (a policy refusing them)."""
+        gone = {id(r) for r in waiting}
+        kept = [r for r in self.waiting if id(r) not in gone]
+        return dataclasses.replace(self, waiting=kept)
 
     def prefill_candidates(self) -> list[Request]:
         """Waiting and prefilling requests: the ones a policy sorts."""

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 class Cause(enum.Enum):
     """Why a request missed its SLO; declared in order of precedence (module docstring)."""
 
+    REFUSED = "refused"
     PREEMPTED = "preempted"
     RELEGATED = "relegated"
     QUEUEING = "queueing"
@@ -72,6 +73,7 @@ class Cause(enum.Enum):
 
 
 MEANINGS = {
+    Cause.REFUSED: "refused at admission, no token (admission control)",
     Cause.PREEMPTED: "lost its KV cache before its first late token",
     Cause.RELEGATED: "relegated by the policy before its first late token",
     Cause.QUEUEING: "first chunk too late for even a prefill at ρ*",
@@ -110,6 +112,10 @@ def cause_of(
     late = Timeline.of_request(request).first_late_token(reading)
     if late is None:
         return None
+    if request.refused:
+        return Violation(
+            request.request_id, request.arrival, Cause.REFUSED, 0, math.nan, math.nan, 0, False
+        )
     start = _first_chunk(request, trace)
     return Violation(
         request.request_id,
@@ -210,9 +216,10 @@ def diagnose_run(
     """The diagnosis of a recorded run: `requests` finished, `traces` by request id."""
     ordered = sorted(requests, key=lambda r: r.arrival)
     violations = attribute(ordered, traces, result.tbt_reading, best_rate)
-    starts = np.array([_first_chunk(r, traces[r.request_id]) for r in ordered])
-    firsts = np.array([r.token_times[0] for r in ordered])
-    arrivals = np.array([r.arrival for r in ordered])
+    served = [r for r in ordered if not r.refused]
+    starts = np.array([_first_chunk(r, traces[r.request_id]) for r in served])
+    firsts = np.array([r.token_times[0] for r in served])
+    arrivals = np.array([r.arrival for r in served])
     return Diagnosis(result, iterations, violations, starts - arrivals, firsts - starts, best_rate)
 
 
@@ -238,7 +245,9 @@ def _first_chunk(request: Request, trace: RequestTrace) -> float:
 
 
 def _median_ms(values: Sequence[float] | npt.NDArray[np.float64]) -> float:
-    return 1000 * float(np.median(values)) if len(values) else math.nan
+    """Median in ms of the values that are numbers (a refused request has no wait)."""
+    known = [v for v in values if not math.isnan(v)]
+    return 1000 * float(np.median(known)) if known else math.nan
 
 
 def diagnosis_table(diagnoses: Sequence[Diagnosis]) -> str:

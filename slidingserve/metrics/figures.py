@@ -136,4 +136,4 @@ def span(timelines: Sequence[Timeline], start: float | None = None) -> float:
     if not timelines:
         raise ValueError("no requests to measure")
     first = min(t.arrival for t in timelines) if start is None else start
-    return max(t.chunk_times[-1] for t in timelines if t.chunk_times) - first
+    return max((t.chunk_times[-1] for t in timelines if t.chunk_times), default=first) - first

@@ -84,6 +84,8 @@ class Timeline:
     def of_request(cls, request: Request) -> Timeline:
         """A simulated request that has finished: sent on arrival, one token per chunk."""
         times = tuple(request.token_times)
+        if request.refused:
+            return cls(request.arrival, request.slo, (), outcome=Outcome.FAILED)
         if not times:
             raise ValueError(
                 f"request {request.request_id} emitted no token: the run did not finish"

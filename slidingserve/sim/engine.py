@@ -176,6 +176,8 @@ class Simulator:
         self, state: EngineState, counters: _Counters, logs: list[IterationLog], admit: bool
     ) -> None:
         plan = self._plan(state, counters, admit)
+        if not plan.chunks:  # it refused every request there was: no iteration runs
+            return
         shape = BatchShape.from_plan(plan)
         duration = self.timer.sample_time(shape)
         start = state.now
@@ -204,6 +206,13 @@ class Simulator:
             plan = self.policy.schedule(view)
             if state.tracer is not None:
                 state.tracer.scheduled(view.now)
+            if plan.refused:
+                state.refuse(plan.refused)
+                counters.refused += len(plan.refused)
+                if not plan.chunks:
+                    if state.idle:
+                        return plan
+                    continue
             if plan.chunks:
                 if self.options.validate_plans:
                     validate_plan(plan, view)
@@ -267,3 +276,4 @@ class _Counters:
     iterations: int = 0
     fast_forwarded: int = 0
     preemptions: int = 0
+    refused: int = 0

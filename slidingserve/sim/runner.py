@@ -165,7 +165,8 @@ class RunFigures(NamedTuple):
 
 
 def run_figures(requests: Sequence[Request]) -> RunFigures:
-    """The metrics of finished simulated requests (ValueError if one emitted no token)."""
+    """The metrics of finished simulated requests (ValueError if one emitted no token and
+    was not refused)."""
     finished = [Timeline.of_request(request) for request in requests]
     duration = span(finished)
     return RunFigures(measure(finished, duration), measure_tiers(finished, duration))

@@ -144,6 +144,17 @@ class EngineState:
             self.running = [r for r in self.running if r.phase is not Phase.FINISHED]
         self.now = ends[-1]
 
+    def refuse(self, requests: list[Request]) -> None:
+        """Finish waiting `requests` now without a token (admission control)."""
+        for request in requests:
+            if request.phase is not Phase.WAITING or request.num_generated:
+                raise ValueError(f"request {request.request_id} cannot be refused: it has started")
+            request.phase = Phase.FINISHED
+            request.refused = True
+            self._num_finished += 1
+        ids = {id(r) for r in requests}
+        self.waiting = [r for r in self.waiting if id(r) not in ids]
+
     def _emit(self, request: Request, time: float) -> bool:
         """Emit one token of `request` at `time`; True if that finished it."""
         request.token_times.append(time)

@@ -4,9 +4,11 @@ Each step it builds the policy's `SchedulerView` from vLLM's queues through the 
 mirrors (`mirror.py`), asks the configured policy for a plan, and makes vLLM execute exactly
 that plan (`imposer.py`: plan order in vLLM's queues, per-request caps through
 `_reserve_prefill_lookahead`, the plan's total as the step budget). vLLM keeps its own KV
-allocation and preemption. `update_from_output` ends the step's timing (`timing.py`), which
-feeds the model time to the predictor's online learner and to the policy; every refit of the
-learner also refits the policy's own model, if it keeps one (`Policy.refit`).
+allocation and preemption. Requests the policy refuses (admission control) finish before
+the step, their clients told why (`refusals.py`). `update_from_output` ends the step's
+timing (`timing.py`), which feeds the model time to the predictor's online learner and to
+the policy; every refit of the learner also refits the policy's own model, if it keeps one
+(`Policy.refit`).
 
 Departures from the policy are counted in `health` (`health.py`) and logged once a minute:
 an empty plan (vLLM's own scheduler then fills the step), a plan vLLM did not run as given
@@ -42,6 +44,7 @@ from slidingserve.engines.vllm.health import (
 )
 from slidingserve.engines.vllm.imposer import PlanImposer
 from slidingserve.engines.vllm.mirror import RequestMirror
+from slidingserve.engines.vllm.refusals import Refusals
 from slidingserve.engines.vllm.runtime import AdapterSettings
 from slidingserve.engines.vllm.timing import StepTimer
 from slidingserve.predictor import OnlineConfig, OnlineLearner, Sample
@@ -106,6 +109,7 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         self.timer = StepTimer(self.learner, self.policy)
         self.invalid_slo_requests = 0
         self.last_plan: Plan | None = None  # the plan of the latest step
+        self.refusals = Refusals()  # requests the policy's admission control refused
 
     def _refit_policy(self, samples: Sequence[Sample]) -> None:
         """The learner's listener: at each of its refits, in its thread, the policy's own
@@ -136,6 +140,8 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         now = self.timer.step_started()
         plan = self.policy.schedule(self._view(now))
+        if plan.refused:
+            self.refusals.refuse(self, (r.request_id for r in plan.refused))
         self.last_plan = plan
         self.imposer.impose(plan)
         self.timer.vllm_started()
@@ -158,7 +164,9 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         wall = self.timer.model_done()
-        result = super().update_from_output(scheduler_output, model_runner_output)
+        result = self.refusals.report(
+            super().update_from_output(scheduler_output, model_runner_output)
+        )
         self.mirror.note_first_tokens(self.requests, scheduler_output.num_scheduled_tokens, wall)
         self.timer.step_done(busy=scheduler_output.total_num_scheduled_tokens > 0)
         self.mirror.forget_all_but(set(self.requests))

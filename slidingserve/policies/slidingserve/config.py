@@ -48,6 +48,7 @@ class SlidingServeConfig:
     time_margin: float = 1.0  # decode slack is divided by this before budgets are sized
     token_quantum: int = 0  # > 0: batch totals rounded down to a multiple of this (a tile)
     features: str = "paper"  # the predictor's feature set: "paper" (SPEC §3) or "rich"
+    admission: bool = False  # refuse at once a request that would miss its TTFT if run next
 
     def __post_init__(self) -> None:
         if self.sorter not in SORTERS:
@@ -76,7 +77,8 @@ class SlidingServeConfig:
             raise ValueError(f"unknown features {self.features!r}; known: {known}")
         for name in ("max_anchors", "max_knapsack_items", "knapsack_quantum", "verify_rounds"):
             require_int(name, getattr(self, name))
-        for name in ("batch_constructor", "leftover_fill", "record_decisions", "lost_last"):
+        switches = ("batch_constructor", "leftover_fill", "record_decisions", "lost_last")
+        for name in (*switches, "admission"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 

@@ -113,7 +113,11 @@ class SlidingServePolicy(Policy):
 
     def schedule(self, view: SchedulerView) -> Plan:
         watch = Stopwatch(self.model)
+        refused = self._hopeless(view) if self.config.admission else []
+        if refused:
+            view = view.without(refused)
         plan = self._decide(view, watch)
+        plan.refused = refused
         plan.predicted_time = self.model.predict_shape(BatchShape.from_plan(plan)) if plan else None
         if self.config.record_decisions:
             record = watch.record(
@@ -151,6 +155,20 @@ class SlidingServePolicy(Policy):
         """ρ_0 from the predictor: tokens per second of a full prefill-only batch."""
         seconds = self.model.predict_shape(BatchShape((), ((self.max_tokens, 0),)))
         return self.max_tokens / seconds if seconds > 0 else 1.0
+
+    def _hopeless(self, view: SchedulerView) -> list[Request]:
+        """Admission control: waiting requests that have emitted nothing and would miss their
+        first-token deadline even if their whole prompt ran next, alone, in full batches
+        (the predictor's best prefill rate, decodes ignored: an optimistic test, so a
+        request is refused only when nothing could save it). Protected ones are kept."""
+        rate = self._initial_throughput()
+        return [
+            r
+            for r in view.waiting
+            if not r.protected
+            and not r.num_generated
+            and view.now + r.remaining_prefill / rate > r.next_deadline
+        ]
 
     def _horizons(self, view: SchedulerView) -> list[float]:
         """The decode windows (SPEC §5), shrunk by `time_margin` and capped at

@@ -18,6 +18,7 @@ from vllm import SamplingParams  # noqa: E402
 from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig  # noqa: E402
 from vllm.utils.hashing import sha256  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
+from vllm.v1.engine import FinishReason  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
     KVCacheConfig,
@@ -33,6 +34,7 @@ from slidingserve.core.plan import Plan, ScheduledChunk  # noqa: E402
 from slidingserve.core.view import SchedulerView  # noqa: E402
 from slidingserve.engines.vllm.adapter import SlidingServeScheduler  # noqa: E402
 from slidingserve.engines.vllm.context import STARTING_GUESS  # noqa: E402
+from slidingserve.engines.vllm.refusals import REFUSED_REASON  # noqa: E402
 from slidingserve.policies.qoserve import QoServePolicy  # noqa: E402
 from slidingserve.predictor import (  # noqa: E402
     BatchLatencyPredictor,
@@ -379,3 +381,36 @@ def test_the_first_token_s_time_reaches_the_mirror(tmp_path: Path) -> None:
     run_step(scheduler)
     assert len(mirror.token_times) == 1
     assert before <= mirror.token_times[0] <= after
+
+
+# -- admission control -------------------------------------------------------------------
+
+
+def test_a_refused_request_finishes_at_once_and_its_client_hears_why(tmp_path: Path) -> None:
+    scheduler = make_scheduler(tmp_path, "slidingserve", {"admission": True})
+    now = time.time()
+    # "late" arrived long ago: its first-token deadline has passed, nothing can save it.
+    scheduler.add_request(engine_request("late", 40, arrival=now - 3600, ttft_ms=1000))
+    scheduler.add_request(engine_request("fine", 40, arrival=now, ttft_ms=60_000))
+    output = scheduler.schedule()
+    assert dict(output.num_scheduled_tokens) == {"fine": 40}
+    assert "late" in output.finished_req_ids
+    assert "late" not in scheduler.requests
+    runner = ModelRunnerOutput(
+        req_ids=["fine"], req_id_to_index={"fine": 0}, sampled_token_ids=[[7]]
+    )
+    outputs = scheduler.update_from_output(output, runner)
+    told = {o.request_id: o for batch in outputs.values() for o in batch.outputs}
+    assert told["late"].finish_reason == FinishReason.ABORT
+    assert told["late"].stop_reason == REFUSED_REASON
+    assert told["late"].new_token_ids == []
+    assert told["fine"].new_token_ids == [7]
+    assert scheduler.refusals.count == 1
+
+
+def test_without_admission_control_nothing_is_refused(tmp_path: Path) -> None:
+    scheduler = make_scheduler(tmp_path, "slidingserve")
+    scheduler.add_request(engine_request("late", 40, arrival=time.time() - 3600, ttft_ms=1000))
+    output = run_step(scheduler)
+    assert dict(output.num_scheduled_tokens) == {"late": 40}
+    assert scheduler.refusals.count == 0

@@ -1,0 +1,69 @@
+"""Admission control in the simulator: a refused request finishes at once without a token,
+counts as a TTFT violation, and the rest of the run goes on."""
+
+from __future__ import annotations
+
+import pytest
+from factories import LinearTimer, TokenLinearModel, make_request
+
+from slidingserve.core import EngineLimits, Plan, SchedulerView
+from slidingserve.core.request import Phase, Request
+from slidingserve.metrics.timeline import Outcome, Timeline
+from slidingserve.policies import Policy, PolicyContext, make_policy
+from slidingserve.policies.sarathi import SarathiConfig, SarathiPolicy
+from slidingserve.sim.engine import Simulator, SimulatorOptions
+from slidingserve.sim.runner import run_figures
+
+
+class RefusingSarathi(SarathiPolicy):
+    """Sarathi that refuses every waiting request whose id starts with "x"."""
+
+    def schedule(self, view: SchedulerView) -> Plan:
+        refused = [r for r in view.waiting if r.request_id.startswith("x")]
+        plan = super().schedule(view.without(refused))
+        plan.refused = refused
+        return plan
+
+
+def run(requests: list[Request], policy: Policy) -> None:
+    options = SimulatorOptions(limits=EngineLimits())
+    Simulator(policy, LinearTimer(), 10_000, options).run(requests)
+
+
+def test_refused_requests_get_no_token_and_the_others_are_served() -> None:
+    kept = make_request("a", prompt=100, output=3)
+    refused = make_request("x1", prompt=100, output=3)
+    alone = make_request("x2", arrival=5.0, prompt=50, output=2)  # refused with nothing else
+    run([kept, refused, alone], RefusingSarathi(SarathiConfig(), PolicyContext(EngineLimits())))
+    assert refused.refused and refused.phase is Phase.FINISHED and not refused.token_times
+    assert alone.refused
+    assert len(kept.token_times) == 3
+    timeline = Timeline.of_request(refused)
+    assert timeline.outcome is Outcome.FAILED
+    verdict = timeline.verdict()
+    assert verdict is not None and verdict.ttft
+    metrics = run_figures([kept, refused, alone]).metrics
+    assert metrics.cumulative.overall == pytest.approx(2 / 3)
+
+
+def test_a_started_request_cannot_be_refused() -> None:
+    class RefusesRunning(SarathiPolicy):
+        def schedule(self, view: SchedulerView) -> Plan:
+            plan = super().schedule(view)
+            plan.refused = list(view.prefilling)
+            return plan
+
+    policy = RefusesRunning(SarathiConfig(chunk_size=64), PolicyContext(EngineLimits()))
+    with pytest.raises(ValueError, match="cannot be refused"):
+        run([make_request("a", prompt=500, output=2)], policy)
+
+
+def test_slidingserve_admission_refuses_only_hopeless_requests() -> None:
+    # 10 ms + 0.1 ms a token: a 2048-token batch takes 0.2148 s, ρ ≈ 9,500 tokens/s.
+    model = TokenLinearModel(0.01, 1e-4)
+    policy = make_policy("slidingserve", PolicyContext(EngineLimits(), model), {"admission": True})
+    hopeless = make_request("hopeless", prompt=4000, output=2, ttft=0.2)  # needs ≥ 0.42 s
+    fine = make_request("fine", prompt=100, output=2, ttft=1.0)
+    run([hopeless, fine], policy)
+    assert hopeless.refused
+    assert not fine.refused and len(fine.token_times) == 2
