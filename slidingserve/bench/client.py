@@ -35,6 +35,11 @@ MAX_LINE = 16 * 2**20  # bytes of one event-stream line
 DONE = "[DONE]"
 
 
+REFUSED_STOP_REASON = "slo-refused"
+"""What a SlidingServe server with admission control sends as the stop reason of a request it
+refuses (`engines/vllm/refusals.py`)."""
+
+
 class StreamError(Exception):
     """A request that failed; `kind` classifies it, the message says what happened."""
 
@@ -171,6 +176,8 @@ def absorb_event(event: dict[str, Any], now: float, progress: StreamProgress) ->
         raise StreamError("stream_error", error_message(json.dumps(event).encode()))
     choices = event.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        if choices[0].get("stop_reason") == REFUSED_STOP_REASON:
+            raise StreamError("refused", "refused by the server: its first token would be late")
         tokens = chunk_tokens(choices[0])
         if tokens:
             progress.chunk_times.append(now)
