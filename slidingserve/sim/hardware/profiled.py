@@ -19,7 +19,7 @@ import numpy as np
 
 from slidingserve.core.batch import BatchShape, TimedBatch
 from slidingserve.core.view import EngineLimits
-from slidingserve.predictor import BatchLatencyPredictor, Scenario
+from slidingserve.predictor import BatchLatencyPredictor
 from slidingserve.predictor.calibration import (
     DEFAULT_SAMPLES,
     Calibration,
@@ -31,6 +31,9 @@ from slidingserve.predictor.steps import EngineSteps
 from slidingserve.sim.hardware.noise import FloatArray, NoiseStream, profiling_seed
 
 MIN_TIME_SHARE = 0.5  # a step never runs in under this share of the fastest measured step
+
+
+KV_PROBE = 1_000_000  # tokens of KV in the probe that measures the cost of reading KV
 
 
 class ProfiledLatency:
@@ -49,11 +52,6 @@ class ProfiledLatency:
         measured = np.array([batch.seconds for batch in steps.batches])
         self.ratios: FloatArray = measured / predicted
         self._noise = NoiseStream(self._draw_factors, seed)
-        decode = self.predictor.model_for(Scenario.DECODE_ONLY)
-        # decode-only features: x3 = x5 = Σu, x4 = |D|, the rest zero
-        self._decode_base = decode.intercept
-        self._decode_per_request = decode.weights[3]
-        self._decode_per_kv = decode.weights[2] + decode.weights[4]
 
     def with_seed(self, seed: int) -> ProfiledLatency:
         """The same engine (no refit) with the noise stream of `seed`."""
@@ -87,8 +85,12 @@ class ProfiledLatency:
                 f"got {num_decodes}, {decode_kv}, {steps}"
             )
         kv = decode_kv + num_decodes * np.arange(steps, dtype=np.float64)
-        base = self._decode_base + self._decode_per_request * num_decodes
-        expected = np.maximum(self._floor, base + self._decode_per_kv * kv)
+        # With |D| fixed, every feature set's decode-only prediction is affine in Σu (the
+        # KV the decodes read): two predictions give it for the whole run.
+        empty = self.predictor.predict(BatchShape((0,) * num_decodes, ()))
+        read = self.predictor.predict(BatchShape((KV_PROBE,) + (0,) * (num_decodes - 1), ()))
+        per_kv = (read - empty) / KV_PROBE
+        expected = np.maximum(self._floor, empty + per_kv * kv)
         return expected * self._noise.peek(steps)
 
     def consume_noise(self, count: int) -> None:

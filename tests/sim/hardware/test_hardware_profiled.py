@@ -41,10 +41,11 @@ def test_noise_factors_are_the_profile_s_own_ratios() -> None:
     assert len(factors) > 50  # resampled, not one repeated value
 
 
-def test_decode_runs_draw_the_noise_stepwise_calls_would() -> None:
+@pytest.mark.parametrize("num_decodes", [6, 200])  # 200: past a 128-token tile (rich set)
+def test_decode_runs_draw_the_noise_stepwise_calls_would(num_decodes: int) -> None:
     steps = make_steps(noise=0.2)
     stepwise, vectorised = ProfiledLatency(steps, seed=5), ProfiledLatency(steps, seed=5)
-    num_decodes, kv = 6, 600
+    kv = 100 * num_decodes
     expected = [
         stepwise.sample_time(BatchShape((kv // num_decodes + j,) * num_decodes, ()))
         for j in range(40)
