@@ -1,0 +1,43 @@
+"""`benchmarks/design_ablation.py`: every row is a valid configuration that changes the
+design, and the script prints one row per policy."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slidingserve.policies.slidingserve.config import SlidingServeConfig
+from slidingserve.policies.slidingserve.policy import DESIGN
+
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "design_ablation.py"
+
+
+def script() -> dict[str, Any]:
+    return runpy.run_path(str(SCRIPT))
+
+
+def test_every_row_changes_one_thing_of_the_design_and_builds() -> None:
+    without = script()["WITHOUT"]
+    for label, change in without.items():
+        assert change, label
+        assert any(DESIGN.get(k, getattr(SlidingServeConfig(), k)) != v for k, v in change.items())
+        SlidingServeConfig(**{**DESIGN, **change})
+
+
+def test_the_table_has_a_row_per_policy(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--workloads", "sharegpt", "--slo-scales", "2", "--seeds", "2", "--requests", "40"]
+    monkeypatch.setattr("sys.argv", [str(SCRIPT), *argv, "--precision", "0.2", "--jobs", "1"])
+    runpy.run_path(str(SCRIPT), run_name="__main__")
+    lines = capsys.readouterr().out.splitlines()
+    names = [
+        line.split()[0] for line in lines if line.startswith(("slidingserve", "sarathi", "qo"))
+    ]
+    expected = 1 + len(script()["WITHOUT"]) + len(script()["OTHERS"])
+    assert len(names) == expected
+    design_row = next(line for line in lines if line.split()[0] == "slidingserve")
+    assert "1.00" in design_row  # the design against itself
