@@ -39,5 +39,5 @@ def test_the_table_has_a_row_per_policy(
     ]
     expected = 1 + len(script()["WITHOUT"]) + len(script()["OTHERS"])
     assert len(names) == expected
-    design_row = next(line for line in lines if line.split()[0] == "slidingserve")
+    design_row = next(line for line in lines if line.split()[:1] == ["slidingserve"])
     assert "1.00" in design_row  # the design against itself
