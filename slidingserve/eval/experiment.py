@@ -49,7 +49,14 @@ Progress = Callable[[int], None]  # called with the number of tasks just finishe
 class GoodputExperiment:
     """What to compare and how."""
 
-    policies: tuple[str, ...] = ("vllm", "sarathi", "sarathi-edf", "qoserve", "slidingserve")
+    policies: tuple[str, ...] = (
+        "vllm",
+        "sarathi",
+        "sarathi-edf",
+        "qoserve",
+        "slidingserve-paper",
+        "slidingserve",
+    )
     workloads: tuple[str, ...] = ("sharegpt", "arxiv", "mixed-v1", "mixed-v2")
     seeds: tuple[int, ...] = (0, 1, 2)
     reference: str = "sarathi-edf"  # goodput ratios are to this policy (the first if absent)

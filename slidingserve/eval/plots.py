@@ -98,6 +98,7 @@ def _seed_spread(
 
 
 _CAUSE_COLORS = {
+    Cause.REFUSED: "tab:gray",
     Cause.PREEMPTED: "tab:purple",
     Cause.RELEGATED: "tab:brown",
     Cause.QUEUEING: "tab:red",

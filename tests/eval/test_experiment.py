@@ -107,11 +107,12 @@ def test_the_reference_is_the_first_policy_when_sarathi_edf_does_not_run() -> No
     assert GoodputExperiment(policies=("sarathi", "sarathi-edf")).reference_policy == "sarathi-edf"
 
 
-def test_the_main_job_compares_qoserve_too() -> None:
+def test_the_main_job_compares_qoserve_and_the_paper_s_algorithm_too() -> None:
     assert GoodputExperiment().policies == (
         "vllm",
         "sarathi",
         "sarathi-edf",
         "qoserve",
+        "slidingserve-paper",
         "slidingserve",
     )
