@@ -3,18 +3,20 @@ paper's setting, against the whole design, on the same seeds.
 
     python benchmarks/design_ablation.py [--workloads sharegpt,arxiv,mixed-v1,mixed-v2]
                                          [--slo-scales 1,0.5] [--seeds 3] [--requests 600]
-                                         [--precision 0.02] [--jobs 2]
+                                         [--precision 0.02] [--jobs 2] [--json FILE]
 
 Rows: `slidingserve`, then `slidingserve` without each mechanism (the switch at the paper's
 value), then `slidingserve-paper` and its published ablations, and the two baselines. Each
 cell is the goodput (req/s, mean over seeds) and the per-seed ratio to `slidingserve` with
 its 95% interval (`*`: the interval excludes 1). About 3 minutes per workload × scale cell
-on two cores at the defaults (17 policies × 3 seeds).
+on two cores at the defaults (17 policies × 3 seeds). `--json` also writes every policy's
+goodput per seed, by SLO scale and workload.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -68,6 +70,9 @@ def main() -> None:
     print(f"design: {', '.join(f'{k}={v}' for k, v in DESIGN.items())}")
     for result in results:
         print_table(result, args.precision)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(per_seed(results), out, indent=1)
     minutes = (time.perf_counter() - started) / 60
     print(
         f"\n{len(policies)} policies, {args.seeds} seeds × {args.requests} requests, "
@@ -91,6 +96,17 @@ def print_table(result: ExperimentResult, precision: float) -> None:
         print(f"{policy:30s}" + "".join(f"{cell:>30s}" for cell in cells))
 
 
+def per_seed(results: list[ExperimentResult]) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """Goodput per seed (req/s) by SLO scale, workload and policy."""
+    return {
+        f"{result.experiment.slo_scale:g}": {
+            workload: {r.policy: list(r.per_seed) for r in result.rows if r.workload == workload}
+            for workload in result.experiment.workloads
+        }
+        for result in results
+    }
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", default="sharegpt,arxiv,mixed-v1,mixed-v2")
@@ -99,6 +115,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=600)
     parser.add_argument("--precision", type=float, default=0.02)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--json", help="also write every goodput per seed to this file")
     return parser.parse_args()
 
 
