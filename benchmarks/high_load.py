@@ -3,13 +3,15 @@ goodput rate, on the same seeds.
 
     python benchmarks/high_load.py [--workloads sharegpt,arxiv,mixed-v1,mixed-v2]
                                    [--slo-scale 1] [--seeds 3] [--requests 600]
-                                   [--factors 1.5,2] [--jobs 2]
+                                   [--factors 1.5,2] [--jobs 2] [--with-admission]
 
 For each workload and seed it searches the goodput of each baseline, takes the highest (the
 best baseline on that seed), and runs every policy at each factor × that rate. Prints, per
 workload and factor, each policy's violating fraction (mean over seeds) and its per-seed
 ratio to the best baseline's fraction at the same rate (the lower of the baselines' on each
-seed) with a 95% interval; `*` where the interval excludes 1.
+seed) with a 95% interval; `*` where the interval excludes 1. `--with-admission` adds
+`slidingserve` with admission control on (`slidingserve#admission`): what refusing the
+hopeless at once buys the others.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from slidingserve.sim.runner import simulate
 
 BASELINES = ("sarathi-edf", "qoserve")
 CANDIDATES = ("slidingserve", "slidingserve-paper")
+ADMISSION = "slidingserve#admission"
 
 
 def main() -> None:
@@ -46,11 +49,20 @@ def main() -> None:
         for w in workloads
     }
     calibration = calibrate(experiment.hardware, experiment.limits)
-    policies = (*CANDIDATES, *BASELINES)
+    candidates = (*CANDIDATES, *((ADMISSION,) if args.with_admission else ()))
+    policies = (*candidates, *BASELINES)
+    runner = GoodputExperiment(
+        policies=policies,
+        workloads=workloads,
+        seeds=seeds,
+        num_requests=args.requests,
+        slo_scale=args.slo_scale,
+        policy_options={ADMISSION: {"admission": True}} if args.with_admission else {},
+    )
     runs = [(p, w, f, i) for w in workloads for f in factors for p in policies for i in seeds]
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [
-            pool.submit(simulate, experiment.spec(p, w, calibration), f * best[w][i], seeds[i])
+            pool.submit(simulate, runner.spec(p, w, calibration), f * best[w][i], seeds[i])
             for p, w, f, i in runs
         ]
         results = zip(runs, futures, strict=True)
@@ -66,7 +78,7 @@ def main() -> None:
                 mine = [late[(p, w, f, i)] for i in range(len(seeds))]
                 ratios = [m / b for m, b in zip(mine, floor, strict=True) if b > 0]
                 interval = ratio_interval(ratios)
-                print(f"    {p:20s} {statistics.fmean(mine):6.3f}   {interval.format()}")
+                print(f"    {p:24s} {statistics.fmean(mine):6.3f}   {interval.format()}")
 
 
 def parse_args() -> argparse.Namespace:
@@ -77,6 +89,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=600)
     parser.add_argument("--factors", default="1.5,2")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--with-admission", action="store_true")
     return parser.parse_args()
 
 
