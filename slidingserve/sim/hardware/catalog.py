@@ -1,45 +1,22 @@
-"""Model and GPU descriptions, read from `data/catalog.toml`.
+"""Model, device, link and GPU descriptions, read from `data/catalog.toml`.
 
 Models and GPUs are data: adding one is an entry in the TOML file (plus, for a GPU, the
-operator tables derived by `scripts/derive_latency_tables.py`), never a code change.
+operator tables derived by `scripts/derive_latency_tables.py`), never a code change. A model
+may also come from its Hugging Face `config.json` (`load_model` takes a path).
 """
 
 from __future__ import annotations
 
 import json
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
+from slidingserve.sim.hardware.hf_config import is_config_path, model_from_hf_config
+from slidingserve.sim.hardware.models import ModelSpec
+
 _GIB = 1024**3
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSpec:
-    """Architecture of a decoder-only transformer, as far as latency and memory need it."""
-
-    name: str  # catalog key, e.g. "llama-3-8b"
-    num_layers: int
-    num_heads: int  # query heads
-    num_kv_heads: int  # key/value heads (fewer than query heads under GQA)
-    head_dim: int  # elements per head
-    hidden_size: int  # elements per token in the residual stream
-    intermediate_size: int  # elements per token inside the MLP
-    vocab_size: int
-    num_params: int  # parameters, embeddings included
-    max_model_len: int  # tokens: prompt plus output
-    dtype_bytes: int = 2  # bytes per weight and per KV element (bf16/fp16)
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """Bytes of K and V one token occupies in the cache, over all layers."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
-
-    @property
-    def weight_bytes(self) -> int:
-        """Bytes of all weights (one copy, before tensor parallelism splits them)."""
-        return self.num_params * self.dtype_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,36 +46,77 @@ class AttentionFit:
         """Ratio of attention FLOPs per token pair on one GPU to the reference's."""
         return heads_per_gpu * head_dim / (self.reference_num_heads * self.reference_head_dim)
 
+    def on_slower_device(self, compute_ratio: float, bandwidth_ratio: float) -> AttentionFit:
+        """This fit on a device with `compute_ratio` × the compute and `bandwidth_ratio` × the
+        memory bandwidth: prefill size terms divide by the first, decode's by the second."""
+        return replace(
+            self,
+            decode_ms_per_request=self.decode_ms_per_request / bandwidth_ratio,
+            decode_ms_per_kv_token=self.decode_ms_per_kv_token / bandwidth_ratio,
+            prefill_ms_per_chunk_cached=self.prefill_ms_per_chunk_cached / compute_ratio,
+            prefill_ms_per_chunk_squared=self.prefill_ms_per_chunk_squared / compute_ratio,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSpec:
+    """A GPU model's published facts."""
+
+    name: str
+    description: str
+    memory_gib: float
+    peak_tflops: float  # dense fp16/bf16 tensor throughput
+    memory_bandwidth_gbs: float
+
+
+@dataclass(frozen=True, slots=True)
+class LinkModel:
+    """All-reduce over a link: latency + 2(n-1)/n × bytes ÷ bandwidth (a ring)."""
+
+    name: str
+    description: str
+    latency_us: float
+    bandwidth_gbs: float  # reached, not nominal
+    max_workers: int
+
+    def all_reduce_ms(self, message_bytes: Any, workers: int) -> Any:
+        """Milliseconds to all-reduce `message_bytes` (scalar or array) among `workers` GPUs."""
+        ring = 2 * (workers - 1) / workers
+        return self.latency_us / 1000 + ring * message_bytes / (self.bandwidth_gbs * 1e6)
+
+    def describe(self) -> str:
+        return (
+            f"{self.description}: {self.latency_us:g} µs + 2(n-1)/n × bytes ÷ "
+            f"{self.bandwidth_gbs:g} GB/s, up to {self.max_workers} GPUs"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class GPUSpec:
-    """One GPU type: memory, attention fits, CPU overhead and the names of its tables."""
+    """One built-in GPU: its device, CPU overhead, operator tables and how its attention and
+    all-reduce times are known (a measured table or fit, or derived)."""
 
     name: str  # catalog key, e.g. "a100"
-    memory_gib: float  # device memory, GiB
+    device: DeviceSpec
     activation_reserve_gib: float  # GiB per GPU kept free for activations
     cpu_overhead_s: float  # seconds of CPU work per iteration (scheduling, sampling)
-    all_reduce_table: str  # file name in data/: all-reduce time by message size
-    op_tables: tuple[tuple[str, str], ...]  # (model name, file name in data/) pairs
-    attention: AttentionFit
+    op_tables: tuple[str, ...]  # file names in data/
+    attention: AttentionFit | None = None  # measured fit
+    attention_from: str = ""  # or: the GPU whose fit is scaled by the devices' ratios
+    all_reduce_table: str = ""  # file name in data/: measured all-reduce by message size
+    link: LinkModel | None = None  # or: the link model
+
+    @property
+    def memory_gib(self) -> float:
+        return self.device.memory_gib
 
     @property
     def memory_bytes(self) -> float:
-        return self.memory_gib * _GIB
+        return self.device.memory_gib * _GIB
 
     @property
     def activation_reserve_bytes(self) -> float:
         return self.activation_reserve_gib * _GIB
-
-    def op_table(self, model: str) -> str:
-        """File name of the per-layer operator table for `model` on this GPU."""
-        tables = dict(self.op_tables)
-        if model not in tables:
-            raise ValueError(
-                f"no operator table for model {model!r} on GPU {self.name!r}; "
-                f"tables exist for {sorted(tables)}"
-            )
-        return tables[model]
 
 
 def _catalog() -> dict[str, Any]:
@@ -131,18 +149,56 @@ def list_models() -> list[str]:
 
 
 def list_gpus() -> list[str]:
-    """Names of the GPUs in the catalog, sorted."""
+    """Names of the built-in GPUs, sorted."""
     return sorted(_catalog()["gpus"])
 
 
+def list_devices() -> list[str]:
+    """Names of the devices whose published facts the catalog holds, sorted."""
+    return sorted(_catalog()["devices"])
+
+
 def load_model(name: str) -> ModelSpec:
-    """The catalog's model `name`; ValueError naming the known models if absent."""
+    """The catalog's model `name`, or the model of the Hugging Face config at path `name`;
+    ValueError naming the known models if neither."""
+    models = _catalog()["models"]
+    if name in models:
+        return ModelSpec(name=name, **models[name])
+    published = model_by_hf_name(name)
+    if published is not None:
+        return published
+    if is_config_path(name):
+        return model_from_hf_config(name)
     return ModelSpec(name=name, **_entry("models", name))
+
+
+def model_by_hf_name(hf_name: str) -> ModelSpec | None:
+    """The catalog model published as `hf_name` (e.g. "meta-llama/Llama-2-7b-hf"), if any."""
+    for name, entry in _catalog()["models"].items():
+        if entry.get("hf_name", "").lower() == hf_name.lower():
+            return ModelSpec(name=name, **entry)
+    return None
+
+
+def load_device(name: str) -> DeviceSpec:
+    """The published facts of device `name`; ValueError naming the known devices if absent."""
+    return DeviceSpec(name=name, **_entry("devices", name))
+
+
+def load_link(name: str) -> LinkModel:
+    return LinkModel(name=name, **_entry("links", name))
 
 
 def load_gpu(name: str) -> GPUSpec:
     """The catalog's GPU `name`; ValueError naming the known GPUs if absent."""
     entry = dict(_entry("gpus", name))
-    attention = AttentionFit(**entry.pop("attention"))
-    op_tables = tuple(sorted(entry.pop("op_tables").items()))
-    return GPUSpec(name=name, op_tables=op_tables, attention=attention, **entry)
+    attention = entry.pop("attention", None)
+    link = entry.pop("link", None)
+    return GPUSpec(
+        name=name,
+        device=load_device(entry.pop("device")),
+        op_tables=tuple(entry.pop("op_tables")),
+        attention=AttentionFit(**attention) if attention else None,
+        link=load_link(link) if link else None,
+        **entry,
+    )

@@ -4,8 +4,10 @@ Iteration time = layers × (linear/norm/activation ops at the batch's total toke
 + decode attention + prefill attention per chunk + two all-reduces at TP > 1)
 + embedding + a fixed CPU overhead, times seeded multiplicative noise.
 
-Operator times come from measured A100 medians (`tables.py`); attention from the fits in
-`data/catalog.toml`. This is deliberately not the 7-feature linear predictor: the predictor
+Operator times come from a GPU profile's measured medians, or are scaled from another
+model's by a roofline (`profiles.py`); attention from the profile's fit; all-reduce from its
+measured table or link model. `provenance` says which, for every result header.
+This is deliberately not the 7-feature linear predictor: the predictor
 is fitted to samples of this model, so its accuracy is a real measurement.
 """
 
@@ -17,9 +19,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from slidingserve.sim.hardware.catalog import GPUSpec, ModelSpec, load_gpu, load_model
+from slidingserve.sim.hardware.catalog import load_model
+from slidingserve.sim.hardware.models import ModelSpec
 from slidingserve.sim.hardware.noise import NoiseStream, Seed
-from slidingserve.sim.hardware.tables import all_reduce_curve, available_tp, op_curves
+from slidingserve.sim.hardware.profiles import (
+    GPUProfile,
+    available_tp,
+    provenance,
+    replica_ops,
+)
+from slidingserve.sim.hardware.registry import gpu_profile
 
 if TYPE_CHECKING:
     from slidingserve.core.batch import BatchShape
@@ -35,11 +44,12 @@ _ALL_REDUCES_PER_LAYER = 2  # after attention and after the MLP (Megatron-style 
 class HardwareConfig:
     """Which GPU and model the simulator runs, and how noisy the ground truth is."""
 
-    gpu: str = "a100"  # catalog name
-    model: str = "llama-3-8b"  # catalog name
+    gpu: str = "a100"  # built-in, imported or --profile-dir GPU name
+    model: str = "llama-3-8b"  # catalog name, or the path of a Hugging Face config.json
     tp: int = 1  # tensor-parallel degree: GPUs per replica
     noise: float = 0.02  # relative std of the multiplicative noise on iteration times
     gpu_memory_utilization: float = 0.9  # fraction of GPU memory vLLM may use
+    profile_dir: str = ""  # a directory in Vidur's layout whose GPUs come first
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.noise < 0.5:
@@ -48,17 +58,28 @@ class HardwareConfig:
             raise ValueError(
                 f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
             )
-        self._check_tp(load_gpu(self.gpu), load_model(self.model))
+        self._check_tp(self.gpu_profile(), self.model_spec())
 
-    def _check_tp(self, gpu: GPUSpec, model: ModelSpec) -> None:
-        supported = available_tp(gpu, model.name)
+    def gpu_profile(self) -> GPUProfile:
+        return gpu_profile(self.gpu, self.profile_dir)
+
+    def model_spec(self) -> ModelSpec:
+        return load_model(self.model)
+
+    def provenance(self) -> tuple[str, ...]:
+        """Where each part of this replica's latency model comes from, one line each."""
+        return provenance(self.gpu_profile(), self.model_spec(), self.tp)
+
+    def _check_tp(self, gpu: GPUProfile, model: ModelSpec) -> None:
+        supported = available_tp(gpu, model)
         if self.tp not in supported:
             raise ValueError(
                 f"tp={self.tp} unsupported for {model.name} on {gpu.name}: "
-                f"tables exist for tp in {list(supported)}"
+                f"operator and all-reduce times exist for tp in {list(supported)}"
             )
-        if model.num_kv_heads % self.tp:
-            raise ValueError(f"tp={self.tp} does not divide {model.num_kv_heads} KV heads")
+        for heads, what in ((model.num_kv_heads, "KV heads"), (model.num_heads, "heads")):
+            if heads % self.tp:
+                raise ValueError(f"tp={self.tp} does not divide {model.name}'s {heads} {what}")
 
 
 class GroundTruthLatency:
@@ -71,8 +92,8 @@ class GroundTruthLatency:
 
     def __init__(self, config: HardwareConfig, seed: Seed = 0) -> None:
         self.config = config
-        self.gpu: GPUSpec = load_gpu(config.gpu)
-        self.model: ModelSpec = load_model(config.model)
+        self.gpu: GPUProfile = config.gpu_profile()
+        self.model: ModelSpec = config.model_spec()
         self._set_attention_coefficients()
         self._build_non_attention_table()
         self._noise = NoiseStream(self._draw_factors, seed)
@@ -180,7 +201,7 @@ class GroundTruthLatency:
 
     def _build_non_attention_table(self) -> None:
         """Tabulate non-attention seconds for every batch size 0..max profiled tokens."""
-        ops = op_curves(self.gpu, self.model.name, self.config.tp)
+        ops = replica_ops(self.gpu, self.model, self.config.tp)
         self._max_tokens = int(ops.layer_ms.x[-1])
         tokens = np.arange(self._max_tokens + 1, dtype=np.float64)
         layer_ms = ops.layer_ms(tokens) + self._all_reduce_ms(tokens)
@@ -196,9 +217,8 @@ class GroundTruthLatency:
         """Per-layer all-reduce time (ms) for batches of `tokens` tokens."""
         if self.config.tp == 1:
             return np.zeros_like(tokens)
-        curve = all_reduce_curve(self.gpu, self.config.tp)
         message_bytes = tokens * self.model.hidden_size * self.model.dtype_bytes
-        return _ALL_REDUCES_PER_LAYER * curve(message_bytes)
+        return _ALL_REDUCES_PER_LAYER * self.gpu.all_reduce.ms(message_bytes, self.config.tp)
 
     def _non_attention_at(self, tokens: int) -> float:
         if tokens <= self._max_tokens:

@@ -11,8 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slidingserve.core.batch import BatchShape
-from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_gpu
-from slidingserve.sim.hardware.tables import all_reduce_curve, op_curves
+from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
+from slidingserve.sim.hardware.profiles import ReplicaOps, builtin_profile, replica_ops
+
+
+def op_curves(model: str, tp: int) -> ReplicaOps:
+    return replica_ops(builtin_profile("a100"), load_model(model), tp)
+
 
 ATTENTION_CSV = (
     Path(__file__).resolve().parents[3].parent
@@ -50,7 +55,7 @@ class TestComposition:
     def test_decode_only_is_ops_plus_attention_plus_overhead(
         self, llama3: GroundTruthLatency
     ) -> None:
-        ops = op_curves(load_gpu("a100"), "llama-3-8b", 1)
+        ops = op_curves("llama-3-8b", 1)
         # Llama-3-8B has 8 of the reference's 32 KV heads: decode attention terms × 1/4.
         attention_ms = 32 * (0.008 + 0.25 * (0.00105 * 64 + 8.84e-6 * 64 * 2048))
         ops_ms = 32 * float(ops.layer_ms(64)) + float(ops.emb_ms(64))
@@ -159,11 +164,10 @@ class TestAttention:
 class TestTensorParallel:
     def test_tp2_adds_two_all_reduces_per_layer(self) -> None:
         tp2 = make_latency(tp=2)
-        gpu = load_gpu("a100")
-        ops = op_curves(gpu, "llama-3-8b", 2)
+        ops = op_curves("llama-3-8b", 2)
         tokens = np.array([1, 512, 4096])
         compute_ms = 32 * ops.layer_ms(tokens) + ops.emb_ms(tokens)
-        all_reduce_ms = 32 * 2 * all_reduce_curve(gpu, 2)(tokens * 4096 * 2)
+        all_reduce_ms = 32 * 2 * builtin_profile("a100").all_reduce.ms(tokens * 4096 * 2.0, 2)
         expected = (compute_ms + all_reduce_ms) / 1000 + 0.003
         assert tp2.non_attention_time(tokens) == pytest.approx(expected, rel=1e-9)
         assert np.all(all_reduce_ms > 32 * 2 * 0.01)
@@ -286,7 +290,7 @@ class TestConfig:
             ({"tp": 8}, "tp=8 unsupported"),
             ({"tp": 0}, "tp=0 unsupported"),
             ({"model": "gpt-5"}, "known: .*llama-3-8b"),
-            ({"gpu": "h100"}, r"known: \['a100'\]"),
+            ({"gpu": "h100"}, r"known: \['a100', 'a40', 'a40-pcie'\]"),
         ],
     )
     def test_rejects(self, kwargs: dict[str, object], message: str) -> None:

@@ -9,27 +9,17 @@ from statistics import median
 import numpy as np
 import pytest
 
-from slidingserve.sim.hardware.catalog import load_gpu, load_table
-from slidingserve.sim.hardware.tables import (
-    Curve,
-    all_reduce_curve,
+from slidingserve.sim.hardware.catalog import load_model, load_table
+from slidingserve.sim.hardware.optables import LAYER_OPS
+from slidingserve.sim.hardware.profiles import (
+    ReplicaOps,
     available_tp,
-    isotonic,
-    op_curves,
+    builtin_profile,
+    replica_ops,
 )
+from slidingserve.sim.hardware.tables import Curve, isotonic
 
 PROFILES = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "profiles"
-LAYER_OPS = (
-    "attn_pre_proj",
-    "attn_post_proj",
-    "attn_rope",
-    "mlp_up_proj",
-    "mlp_down_proj",
-    "mlp_act",
-    "input_layernorm",
-    "post_attention_layernorm",
-    "add",
-)
 MODEL_DIRS = {"llama-3-8b": "Meta-Llama-3-8B", "llama-2-7b": "Llama-2-7b-hf"}
 
 
@@ -54,9 +44,17 @@ def csv_medians(model: str, tp: int, tokens: int) -> tuple[float, float]:
 
 
 def json_point(model: str, tp: int, tokens: int) -> tuple[float, float]:
-    table = load_table(load_gpu("a100").op_table(model))["tp"][str(tp)]
+    table = load_table(f"a100_{model}.json")["tp"][str(tp)]
     i = table["num_tokens"].index(tokens)
-    return table["layer_ms"][i], table["emb_ms"][i]
+    return table["layer_ms"][i], table["ops"]["emb"][i]
+
+
+def op_curves(model: str, tp: int) -> ReplicaOps:
+    return replica_ops(builtin_profile("a100"), load_model(model), tp)
+
+
+def all_reduce_ms(workers: int, sizes: object) -> np.ndarray:
+    return builtin_profile("a100").all_reduce.ms(np.asarray(sizes, dtype=float), workers)
 
 
 class TestTablesMatchProfiles:
@@ -80,8 +78,7 @@ class TestTablesMatchProfiles:
             if int(r["num_workers"]) == workers and abs(int(r["size"]) / size - 1) < 0.03
         ]
         assert near
-        curve = all_reduce_curve(load_gpu("a100"), workers)
-        assert float(curve(size)) == pytest.approx(median(near), rel=0.05)
+        assert float(all_reduce_ms(workers, size)) == pytest.approx(median(near), rel=0.05)
 
 
 class TestReadmeFigures:
@@ -109,28 +106,27 @@ class TestCurves:
     @pytest.mark.parametrize("model", ["llama-3-8b", "llama-2-7b"])
     @pytest.mark.parametrize("tp", [1, 2, 4, 8])
     def test_op_curves_monotone_on_every_token_count(self, model: str, tp: int) -> None:
-        ops = op_curves(load_gpu("a100"), model, tp)
+        ops = op_curves(model, tp)
         tokens = np.arange(1, 40_000)
         assert np.all(np.diff(ops.layer_ms(tokens)) >= 0)
         assert np.all(np.diff(ops.emb_ms(tokens)) >= 0)
 
     @pytest.mark.parametrize("workers", [2, 4])
     def test_all_reduce_monotone(self, workers: int) -> None:
-        curve = all_reduce_curve(load_gpu("a100"), workers)
         sizes = np.geomspace(1e3, 1e9, 2000)
-        assert np.all(np.diff(curve(sizes)) >= 0)
+        assert np.all(np.diff(all_reduce_ms(workers, sizes)) >= 0)
 
     def test_monotone_fit_stays_near_the_data(self) -> None:
         table = load_table("a100_llama-3-8b.json")["tp"]["1"]
         raw = np.array(table["layer_ms"])
-        fitted = op_curves(load_gpu("a100"), "llama-3-8b", 1).layer_ms(table["num_tokens"])
+        fitted = op_curves("llama-3-8b", 1).layer_ms(table["num_tokens"])
         assert np.max(np.abs(fitted / raw - 1)) < 0.05
 
     def test_tp8_lacks_an_all_reduce_table(self) -> None:
-        assert available_tp(load_gpu("a100"), "llama-3-8b") == (1, 2, 4)
-        with pytest.raises(ValueError, match="tables exist for"):
-            all_reduce_curve(load_gpu("a100"), 8)
+        assert available_tp(builtin_profile("a100"), load_model("llama-3-8b")) == (1, 2, 4)
+        with pytest.raises(ValueError, match="no all-reduce time for 8 GPUs"):
+            all_reduce_ms(8, 1e6)
 
     def test_unknown_tp_for_op_table(self) -> None:
         with pytest.raises(ValueError, match="tp=3"):
-            op_curves(load_gpu("a100"), "llama-2-7b", 3)
+            op_curves("llama-2-7b", 3)
