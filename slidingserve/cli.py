@@ -9,13 +9,14 @@ from pathlib import Path
 
 from slidingserve import __version__
 from slidingserve.cli_bench import add_bench_command
-from slidingserve.cli_commands import run_goodput, run_list, run_predictor, run_simulate
+from slidingserve.cli_commands import run_list, run_predictor, run_simulate
 from slidingserve.cli_diagnose import add_diagnose_command
 from slidingserve.cli_engine import add_engine_commands
 from slidingserve.cli_flags import add_common_flags as _add_common
-from slidingserve.cli_flags import add_search_flags
+from slidingserve.cli_flags import add_hardware_flag, add_search_flags
 from slidingserve.cli_flags import comma_list as _comma_list
 from slidingserve.cli_flags import positive_float as _positive_float
+from slidingserve.cli_goodput import GOODPUT_DESCRIPTION, HARDWARE_EACH, run_goodput
 from slidingserve.cli_regimes import add_regimes_command
 from slidingserve.engines.vllm.runtime import VllmMissingError
 from slidingserve.eval.experiment import GoodputExperiment
@@ -44,7 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(simulate)
     simulate.set_defaults(handler=run_simulate)
 
-    goodput = commands.add_parser("goodput", help="policies × workloads → goodput table + plot")
+    goodput = commands.add_parser(
+        "goodput",
+        help="policies × workloads (× hardware points) → goodput tables + plot",
+        description=GOODPUT_DESCRIPTION,
+    )
     goodput.add_argument(
         "--policies", type=_comma_list, help=f"default {','.join(EXPERIMENT.policies)}"
     )
@@ -67,8 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help=f"rates per violation curve, each run on every seed ({EXPERIMENT.curve_points})",
     )
+    add_hardware_flag(goodput, HARDWARE_EACH)
     goodput.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
-    goodput.add_argument("--out-dir", type=Path, default=Path("results/goodput"))
+    goodput.add_argument(
+        "--out-dir",
+        type=Path,
+        default=Path("results/goodput"),
+        help="where the files go (default %(default)s)",
+    )
     goodput.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_common(goodput)
     goodput.set_defaults(handler=run_goodput)

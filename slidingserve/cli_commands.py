@@ -6,27 +6,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from slidingserve import config as cfg
 from slidingserve.cli_flags import workload_flags
 from slidingserve.core.checks import is_integer
-from slidingserve.eval.experiment import (
-    ExperimentResult,
-    GoodputExperiment,
-    run_experiment,
-    task_count,
-)
-from slidingserve.eval.report import (
-    at_goodput_table,
-    describe_setup,
-    experiment_payload,
-    goodput_rows,
-    goodput_table,
-    ratio_table,
-    simulation_table,
-    tier_table,
-)
+from slidingserve.eval.experiment import GoodputExperiment
+from slidingserve.eval.report import simulation_table, tier_table
 from slidingserve.policies import POLICIES
 from slidingserve.predictor import PredictorMetadata, save_predictor
 from slidingserve.predictor.calibration import fit_batches
@@ -137,61 +121,6 @@ def _count(value: Any, name: str) -> int:
     if not is_integer(value) or value < 1:
         raise ValueError(f"{name} must be a positive count or a list, got {value!r}")
     return value
-
-
-def run_goodput(args: argparse.Namespace) -> int:
-    experiment = experiment_from(args, settings_from(args))
-    print(
-        f"Searching goodput: {len(experiment.policies)} policies × "
-        f"{len(experiment.workloads)} workloads × {len(experiment.seeds)} seeds "
-        f"on {experiment.worker_count} worker(s)"
-    )
-    with tqdm(
-        total=task_count(experiment), desc="simulations", unit="task", disable=args.no_progress
-    ) as bar:
-        result = run_experiment(experiment, bar.update)
-    print(
-        f"\nGoodput, req/s (mean ± std over seeds; share of the capacity bound / of the "
-        f"SLO-aware bound)\n"
-        f"{describe_setup(result)}"
-    )
-    reference = experiment.reference_policy
-    for criterion in experiment.criteria:
-        print(f"\nrequests that must meet their SLO: {criterion}")
-        print(goodput_table(result, criterion))
-        print(
-            f"\nGoodput ÷ {reference}'s on the same seed: mean [95% t-interval over "
-            f"{len(experiment.seeds)} seeds]; * where the interval excludes 1"
-        )
-        print(ratio_table(result, criterion))
-        print(
-            "\nAt each policy's goodput (mean over seeds): p99 gap between tokens and the "
-            "share of requests with a gap over their TBT (the per-gap reading)"
-        )
-        print(at_goodput_table(result, criterion))
-    above = [r for r in result.rows if r.goodput_mean > _tightest_bound(result, r.workload)]
-    if above:
-        print(
-            "\nnote: a goodput above a bound means the trial ended before its backlog "
-            "outgrew the TTFT slack (the bounds hold in steady state); use more --requests "
-            "for a longer trial"
-        )
-    out: Path = args.out_dir
-    write_json(out / "goodput.json", experiment_payload(result))
-    write_csv(out / "goodput.csv", goodput_rows(result))
-    written = [out / "goodput.json", out / "goodput.csv"]
-    if result.curve:
-        from slidingserve.eval.plots import plot_violation_curves  # matplotlib: only here
-
-        written.append(plot_violation_curves(result, out / "violation_vs_rate.png"))
-    print("\nwrote " + ", ".join(str(path) for path in written))
-    return 0
-
-
-def _tightest_bound(result: ExperimentResult, workload: str) -> float:
-    """req/s: the SLO-aware bound when it was computed, else the capacity bound."""
-    slo_bound = result.slo_bounds.get(workload)
-    return result.bounds[workload].rate if slo_bound is None else slo_bound.rate
 
 
 def run_predictor(args: argparse.Namespace) -> int:

@@ -1,5 +1,6 @@
 """Command-line flags shared by the commands: those that build a workload (simulate, goodput,
-diagnose, bench) and the setup of a simulation (simulate, goodput, predictor, diagnose)."""
+diagnose, bench), the setup of a simulation (simulate, goodput, predictor, diagnose) and
+the many-value flags that replace a one-value one (goodput, regimes)."""
 
 from __future__ import annotations
 
@@ -112,3 +113,22 @@ def add_search_flags(parser: Any, seeds: int, search: SearchSettings) -> None:
         "--threshold", type=float, help=f"violating fraction allowed ({search.threshold})"
     )
     parser.add_argument("--precision", type=float, help=f"relative precision ({search.precision})")
+
+
+def add_hardware_flag(parser: Any, each: str) -> None:
+    """`--hardware GPU:MODEL:TP`, repeatable; `each` says what the command does per point."""
+    parser.add_argument(
+        "--hardware",
+        action="append",
+        metavar="GPU:MODEL:TP",
+        help=f"a hardware point, e.g. a100:llama-3-8b:2 (repeatable: {each}; "
+        "default: --gpu/--model/--tp)",
+    )
+
+
+def refuse_both(args: argparse.Namespace, flag: str, many: str, ones: list[str]) -> None:
+    """ValueError when the many-value `flag` (argument `many`) and any of the one-value
+    flags `ones` (argument names) are both given."""
+    given = [f"--{name.replace('_', '-')}" for name in ones if getattr(args, name) is not None]
+    if getattr(args, many) and given:
+        raise ValueError(f"give {flag} or {'/'.join(given)}, not both")

@@ -12,7 +12,13 @@ from tqdm import tqdm
 
 from slidingserve import config as cfg
 from slidingserve.cli_commands import experiment_from, settings_from
-from slidingserve.cli_flags import add_common_flags, add_search_flags, comma_list
+from slidingserve.cli_flags import (
+    add_common_flags,
+    add_hardware_flag,
+    add_search_flags,
+    comma_list,
+    refuse_both,
+)
 from slidingserve.eval.experiment import GoodputExperiment
 from slidingserve.eval.regime_report import (
     describe_regimes,
@@ -71,12 +77,7 @@ def add_regimes_command(commands: Any) -> None:
         help="poisson and gamma:CV, comma list (default "
         f"{','.join(REGIMES.arrival_labels)}; --arrival/--burstiness: one)",
     )
-    parser.add_argument(
-        "--hardware",
-        action="append",
-        metavar="GPU:MODEL:TP",
-        help="a hardware point, e.g. a100:llama-3-8b:2 (repeatable; default: --gpu/--model/--tp)",
-    )
+    add_hardware_flag(parser, "one map per point")
     add_search_flags(parser, len(REGIMES.setup.seeds), REGIMES.setup.search)
     parser.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
@@ -89,9 +90,9 @@ def regime_map_from(args: argparse.Namespace) -> RegimeMap:
     """The map of parsed `regimes` arguments over the --config file. A one-value flag
     (--slo-scale, --arrival/--burstiness, --gpu/--model/--tp) or file setting makes a
     one-value axis; its many-value flag replaces it, and giving both flags is an error."""
-    _refuse_both(args, "--slo-scales", "slo_scales", ["slo_scale"])
-    _refuse_both(args, "--arrivals", "arrivals", ["arrival", "burstiness"])
-    _refuse_both(args, "--hardware", "hardware", ["gpu", "model", "tp"])
+    refuse_both(args, "--slo-scales", "slo_scales", ["slo_scale"])
+    refuse_both(args, "--arrivals", "arrivals", ["arrival", "burstiness"])
+    refuse_both(args, "--hardware", "hardware", ["gpu", "model", "tp"])
     settings = settings_from(args)
     candidate = args.candidate or REGIMES.candidate
     baselines = args.baselines or REGIMES.baselines
@@ -107,12 +108,6 @@ def regime_map_from(args: argparse.Namespace) -> RegimeMap:
         hardware=_hardware(args, setup.hardware),
         setup=setup,
     )
-
-
-def _refuse_both(args: argparse.Namespace, flag: str, many: str, ones: list[str]) -> None:
-    given = [f"--{name.replace('_', '-')}" for name in ones if getattr(args, name) is not None]
-    if getattr(args, many) and given:
-        raise ValueError(f"give {flag} or {'/'.join(given)}, not both")
 
 
 def _slo_scales(args: argparse.Namespace, settings: cfg.Settings, one: float) -> tuple[float, ...]:

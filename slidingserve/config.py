@@ -71,7 +71,7 @@ def _take(table: Mapping[str, Any], section: str, known: tuple[str, ...]) -> dic
 
 
 def hardware_config(settings: Settings) -> HardwareConfig:
-    keys = ("gpu", "model", "tp", "noise", "gpu_memory_utilization")
+    keys = ("gpu", "model", "tp", "noise", "gpu_memory_utilization", "profile_dir")
     return HardwareConfig(**_take(settings["hardware"], "hardware", keys))
 
 

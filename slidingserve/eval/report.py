@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from slidingserve.eval.ratios import RatioInterval, goodput_ratios
+from slidingserve.eval.regimes import hardware_label
 from slidingserve.reporting import format_table
 
 if TYPE_CHECKING:
@@ -24,9 +25,14 @@ def goodput_table(result: ExperimentResult, criterion: str | None = None) -> str
         slo_bound = result.slo_bounds.get(row.workload)
         if slo_bound is not None:
             shares += f" / {row.goodput_mean / slo_bound.rate:.0%}"
-        return f"{row.goodput_mean:.2f} ± {row.goodput_std:.2f} ({shares})"
+        return f"{goodput_text(row)} ({shares})"
 
     return _policy_grid(result, criterion, cell, bound=True)
+
+
+def goodput_text(row: GoodputRow) -> str:
+    """`3.21 ± 0.10`: mean ± std over seeds, req/s."""
+    return f"{row.goodput_mean:.2f} ± {row.goodput_std:.2f}"
 
 
 def at_goodput_table(result: ExperimentResult, criterion: str | None = None) -> str:
@@ -46,14 +52,42 @@ def ratio_table(result: ExperimentResult, criterion: str | None = None) -> str:
     """Workloads down, the other policies across: mean per-seed goodput ratio to the
     reference policy with its 95% interval; `*` where the interval excludes 1."""
     experiment = result.experiment
+    others = [p for p in experiment.policies if p != experiment.reference_policy]
+    cells = _ratio_cells(result, criterion)
+    rows = [[workload, *cells[workload]] for workload in experiment.workloads]
+    return format_table(["workload", *others], rows)
+
+
+def hardware_summary_table(
+    results: Sequence[ExperimentResult], criterion: str | None = None
+) -> str:
+    """Hardware point × workload down; across, each policy's goodput (req/s, mean ± std),
+    then each other policy's per-seed goodput ratio to the reference with its 95% interval
+    (`*` where it excludes 1). The results differ only in their hardware."""
+    experiment = results[0].experiment
     reference = experiment.reference_policy
-    ratios = goodput_ratios(result, reference, criterion)
     others = [p for p in experiment.policies if p != reference]
+    header = ["hardware", "workload", *experiment.policies]
+    header += [f"{policy} ÷ {reference}" for policy in others]
     rows = []
+    for result in results:
+        goodput = _policy_cells(result, criterion, goodput_text)
+        ratios = _ratio_cells(result, criterion)
+        point = hardware_label(result.experiment.hardware)
+        rows += [[point, w, *goodput[w], *ratios[w]] for w in result.experiment.workloads]
+    return format_table(header, rows)
+
+
+def _ratio_cells(result: ExperimentResult, criterion: str | None) -> dict[str, list[str]]:
+    """By workload: each policy's but the reference's goodput ratio, `1.04 [0.98, 1.10] *`."""
+    experiment = result.experiment
+    ratios = goodput_ratios(result, experiment.reference_policy, criterion)
+    others = [p for p in experiment.policies if p != experiment.reference_policy]
+    cells = {}
     for workload in experiment.workloads:
         by_policy = {r.policy: r.interval for r in ratios if r.workload == workload}
-        rows.append([workload, *(by_policy[p].format() for p in others)])
-    return format_table(["workload", *others], rows)
+        cells[workload] = [by_policy[p].format() for p in others]
+    return cells
 
 
 def _policy_grid(
@@ -63,21 +97,28 @@ def _policy_grid(
     bound: bool,
 ) -> str:
     experiment = result.experiment
-    criterion = criterion or experiment.criteria[0]
     bound_names = "bound" + (" / SLO-aware" if result.slo_bounds else "")
     header = ["workload", *([bound_names] if bound else []), *experiment.policies]
-    rows = []
-    for workload in experiment.workloads:
-        cells = [workload, *([_bounds_cell(result, workload)] if bound else [])]
-        for policy in experiment.policies:
-            row = next(
-                r
-                for r in result.rows
-                if r.policy == policy and r.workload == workload and r.criterion == criterion
-            )
-            cells.append(cell(row))
-        rows.append(cells)
+    cells = _policy_cells(result, criterion, cell)
+    rows = [
+        [workload, *([_bounds_cell(result, workload)] if bound else []), *cells[workload]]
+        for workload in experiment.workloads
+    ]
     return format_table(header, rows)
+
+
+def _policy_cells(
+    result: ExperimentResult, criterion: str | None, cell: Callable[[GoodputRow], str]
+) -> dict[str, list[str]]:
+    """By workload: `cell` of each policy's row, in the experiment's order of policies,
+    under `criterion` (default: the experiment's first)."""
+    experiment = result.experiment
+    criterion = criterion or experiment.criteria[0]
+    rows = {(r.policy, r.workload): r for r in result.rows if r.criterion == criterion}
+    return {
+        workload: [cell(rows[policy, workload]) for policy in experiment.policies]
+        for workload in experiment.workloads
+    }
 
 
 def _bounds_cell(result: ExperimentResult, workload: str) -> str:

@@ -1,0 +1,185 @@
+"""The `goodput` command: one experiment on --gpu/--model/--tp, or one per --hardware point
+(each point's tables under a heading and its files in a subfolder), then a summary."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tqdm import tqdm
+
+from slidingserve.cli_commands import experiment_from, settings_from
+from slidingserve.cli_flags import refuse_both
+from slidingserve.eval.experiment import (
+    ExperimentResult,
+    GoodputExperiment,
+    run_experiment,
+    task_count,
+)
+from slidingserve.eval.regimes import HardwarePoint, hardware_folder, hardware_label
+from slidingserve.eval.report import (
+    at_goodput_table,
+    describe_setup,
+    experiment_payload,
+    goodput_rows,
+    goodput_table,
+    hardware_summary_table,
+    ratio_table,
+)
+from slidingserve.reporting import write_csv, write_json
+
+GOODPUT_DESCRIPTION = (
+    "Searches each policy's goodput on each workload and seed, and prints it with its share "
+    "of the capacity bounds, each policy's goodput ÷ the reference's on the same seed (mean "
+    "and 95% interval) and the gaps between tokens at the goodput; writes goodput.json, "
+    "goodput.csv and (with curve points) violation_vs_rate.png into --out-dir. With "
+    "--hardware, once per point: each point's tables under `== GPU:MODEL:TP ==` and its "
+    "files in a subfolder of --out-dir (e.g. a100_llama-3-8b_tp2), then one summary table "
+    "of every point; a point that fails is reported, the others still run, and the exit "
+    "status is then 2."
+)
+HARDWARE_EACH = "one run per point, its files in a subfolder of --out-dir, then a summary"
+"""What `goodput` does per --hardware point (its help text)."""
+
+
+def run_goodput(args: argparse.Namespace) -> int:
+    """Search goodput on --gpu/--model/--tp, or on each --hardware point in turn (exit
+    status 2 when a point failed)."""
+    refuse_both(args, "--hardware", "hardware", ["gpu", "model", "tp"])
+    points = hardware_points(args.hardware or ())
+    experiment = experiment_from(args, settings_from(args))
+    if points:
+        return _run_points(experiment, points, args)
+    _report(_search(experiment, args.no_progress), args.out_dir)
+    return 0
+
+
+def hardware_points(texts: Sequence[str]) -> list[HardwarePoint]:
+    """The --hardware points, checked for their form and repeats before any of them runs
+    (their names are checked as each runs: a bad one does not stop the others)."""
+    points = [HardwarePoint.parse(text) for text in texts]
+    if len(set(points)) < len(points):
+        labels = ", ".join(hardware_label(point) for point in points)
+        raise ValueError(f"repeated hardware points: {labels}")
+    return points
+
+
+def point_folders(points: Sequence[HardwarePoint]) -> list[str]:
+    """Each point's subfolder of --out-dir; when points share a name (two config.json files
+    in folders of the same name), the later ones get -2, -3, ..."""
+    folders: list[str] = []
+    for point in points:
+        name, count = hardware_folder(point), 1
+        while name in folders:
+            count += 1
+            name = f"{hardware_folder(point)}-{count}"
+        folders.append(name)
+    return folders
+
+
+def _run_points(
+    base: GoodputExperiment, points: Sequence[HardwarePoint], args: argparse.Namespace
+) -> int:
+    """The experiment once per point, then the summary; 2 when a point failed."""
+    results: list[ExperimentResult] = []
+    failed: list[str] = []
+    for index, (point, folder) in enumerate(zip(points, point_folders(points), strict=True)):
+        label = hardware_label(point)
+        if index:
+            print()
+        print(f"== {label} ==")
+        # A point's own setup may fail (an unknown name, a TP degree the model cannot run
+        # at, a missing model config file): say so, and run the others.
+        try:
+            experiment = dataclasses.replace(base, hardware=point.config(base.hardware))
+            result = _search(experiment, args.no_progress)
+        except (ValueError, OSError) as error:
+            print(f"slidingserve goodput: error: {label}: {error}", file=sys.stderr)
+            failed.append(label)
+            continue
+        _report(result, args.out_dir / folder)
+        results.append(result)
+    if results:
+        _print_summary(results)
+    if failed:
+        print(
+            f"slidingserve goodput: error: {len(failed)} of {len(points)} hardware points "
+            f"failed: {', '.join(failed)}",
+            file=sys.stderr,
+        )
+        return 2
+    return 0
+
+
+def _search(experiment: GoodputExperiment, no_progress: bool) -> ExperimentResult:
+    print(
+        f"Searching goodput: {len(experiment.policies)} policies × "
+        f"{len(experiment.workloads)} workloads × {len(experiment.seeds)} seeds "
+        f"on {experiment.worker_count} worker(s)"
+    )
+    with tqdm(
+        total=task_count(experiment), desc="simulations", unit="task", disable=no_progress
+    ) as bar:
+        return run_experiment(experiment, bar.update)
+
+
+def _report(result: ExperimentResult, out: Path) -> None:
+    """Print the tables of one experiment and write its files into `out`."""
+    experiment = result.experiment
+    print(
+        f"\nGoodput, req/s (mean ± std over seeds; share of the capacity bound / of the "
+        f"SLO-aware bound)\n"
+        f"{describe_setup(result)}"
+    )
+    for criterion in experiment.criteria:
+        print(f"\nrequests that must meet their SLO: {criterion}")
+        print(goodput_table(result, criterion))
+        print(f"\nGoodput ÷ {experiment.reference_policy}'s on the same seed: {_ratios(result)}")
+        print(ratio_table(result, criterion))
+        print(
+            "\nAt each policy's goodput (mean over seeds): p99 gap between tokens and the "
+            "share of requests with a gap over their TBT (the per-gap reading)"
+        )
+        print(at_goodput_table(result, criterion))
+    above = [r for r in result.rows if r.goodput_mean > _tightest_bound(result, r.workload)]
+    if above:
+        print(
+            "\nnote: a goodput above a bound means the trial ended before its backlog "
+            "outgrew the TTFT slack (the bounds hold in steady state); use more --requests "
+            "for a longer trial"
+        )
+    write_json(out / "goodput.json", experiment_payload(result))
+    write_csv(out / "goodput.csv", goodput_rows(result))
+    written = [out / "goodput.json", out / "goodput.csv"]
+    if result.curve:
+        from slidingserve.eval.plots import plot_violation_curves  # matplotlib: only here
+
+        written.append(plot_violation_curves(result, out / "violation_vs_rate.png"))
+    print("\nwrote " + ", ".join(str(path) for path in written))
+
+
+def _print_summary(results: Sequence[ExperimentResult]) -> None:
+    """Every point that ran, side by side (they share everything but the hardware)."""
+    experiment = results[0].experiment
+    print(
+        f"\n== summary ==\nGoodput, req/s (mean ± std over seeds), then goodput ÷ "
+        f"{experiment.reference_policy}'s on the same seed: {_ratios(results[0])}"
+    )
+    for criterion in experiment.criteria:
+        print(f"\nrequests that must meet their SLO: {criterion}")
+        print(hardware_summary_table(results, criterion))
+
+
+def _ratios(result: ExperimentResult) -> str:
+    """How the ratio tables read."""
+    seeds = len(result.experiment.seeds)
+    return f"mean [95% t-interval over {seeds} seeds]; * where the interval excludes 1"
+
+
+def _tightest_bound(result: ExperimentResult, workload: str) -> float:
+    """req/s: the SLO-aware bound when it was computed, else the capacity bound."""
+    slo_bound = result.slo_bounds.get(workload)
+    return result.bounds[workload].rate if slo_bound is None else slo_bound.rate
