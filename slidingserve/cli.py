@@ -9,7 +9,7 @@ from pathlib import Path
 
 from slidingserve import __version__
 from slidingserve.cli_bench import add_bench_command
-from slidingserve.cli_commands import run_list, run_predictor, run_simulate
+from slidingserve.cli_commands import run_predictor, run_simulate
 from slidingserve.cli_diagnose import add_diagnose_command
 from slidingserve.cli_engine import add_engine_commands
 from slidingserve.cli_flags import add_common_flags as _add_common
@@ -17,6 +17,7 @@ from slidingserve.cli_flags import add_hardware_flag, add_search_flags
 from slidingserve.cli_flags import comma_list as _comma_list
 from slidingserve.cli_flags import positive_float as _positive_float
 from slidingserve.cli_goodput import GOODPUT_DESCRIPTION, HARDWARE_EACH, run_goodput
+from slidingserve.cli_profiles import add_profile_commands
 from slidingserve.cli_regimes import add_regimes_command
 from slidingserve.engines.vllm.runtime import VllmMissingError
 from slidingserve.eval.experiment import GoodputExperiment
@@ -104,8 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(predictor)
     predictor.set_defaults(handler=run_predictor)
 
-    listing = commands.add_parser("list", help="policies, workloads, models, GPUs, SLO presets")
-    listing.set_defaults(handler=run_list)
+    add_profile_commands(commands)
     add_engine_commands(commands)
     add_bench_command(commands)
     add_diagnose_command(commands)

@@ -10,22 +10,27 @@ from slidingserve import config as cfg
 from slidingserve.cli_flags import workload_flags
 from slidingserve.core.checks import is_integer
 from slidingserve.eval.experiment import GoodputExperiment
-from slidingserve.eval.report import simulation_table, tier_table
-from slidingserve.policies import POLICIES
+from slidingserve.eval.report import latency_model_lines, simulation_table, tier_table
 from slidingserve.predictor import PredictorMetadata, save_predictor
 from slidingserve.predictor.calibration import fit_batches
 from slidingserve.predictor.steps import load_engine_steps
 from slidingserve.reporting import write_csv, write_json
-from slidingserve.sim.hardware import list_gpus, list_models
 from slidingserve.sim.profiling import hardware_label, profile_batches
 from slidingserve.sim.runner import SimulationSpec, simulate
-from slidingserve.workloads import SLO_PRESETS, WORKLOADS
 
 
 def settings_from(args: argparse.Namespace) -> cfg.Settings:
     """The --config file with the flags on top."""
     settings = cfg.load_settings(args.config)
-    cfg.override(settings, "hardware", gpu=args.gpu, model=args.model, tp=args.tp, noise=args.noise)
+    cfg.override(
+        settings,
+        "hardware",
+        gpu=args.gpu,
+        model=args.model,
+        tp=args.tp,
+        noise=args.noise,
+        profile_dir=args.profile_dir,
+    )
     cfg.override(
         settings,
         "engine",
@@ -55,6 +60,9 @@ def run_simulate(args: argparse.Namespace) -> int:
         for policy in args.policy
     ]
     results = [simulate(spec, rate, args.seed) for spec in specs for rate in args.rate]
+    hardware = cfg.hardware_config(settings)
+    setup = f"{hardware.gpu} {hardware.model} TP{hardware.tp}"
+    print(f"{setup}, latency model:\n{latency_model_lines(hardware)}\n")
     print(simulation_table(results))
     tiered = [result for result in results if result.tiers]
     if tiered:
@@ -147,18 +155,4 @@ def run_predictor(args: argparse.Namespace) -> int:
         metadata = PredictorMetadata.from_fit(result, model, hardware)
         save_predictor(args.out, result.predictor, metadata)
         print(f"\nwrote {args.out}")
-    return 0
-
-
-def run_list(args: argparse.Namespace) -> int:
-    print("policies: " + ", ".join(POLICIES))
-    print("workloads: " + ", ".join(WORKLOADS))
-    print("models: " + ", ".join(list_models()))
-    print("gpus: " + ", ".join(list_gpus()))
-    for preset, by_class in SLO_PRESETS.items():
-        targets = ", ".join(
-            f"{cls} TTFT {slo.ttft:g} s / TBT {slo.tbt * 1000:g} ms"
-            for cls, slo in by_class.items()
-        )
-        print(f"SLO preset {preset}: {targets}")
     return 0

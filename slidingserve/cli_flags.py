@@ -37,7 +37,16 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("setup (override the --config file)")
     group.add_argument("--config", type=Path, help="TOML settings file (see README)")
     group.add_argument("--gpu", help=f"GPU of the simulated replica (default {HARDWARE.gpu})")
-    group.add_argument("--model", help=f"model served (default {HARDWARE.model})")
+    group.add_argument(
+        "--model",
+        help="model served: a catalog name or a Hugging Face config.json "
+        f"(default {HARDWARE.model})",
+    )
+    group.add_argument(
+        "--profile-dir",
+        help="GPU profiles in Vidur's layout (compute/<gpu>/<org>/<model>/mlp.csv, ...); "
+        "their GPUs become --gpu names",
+    )
     group.add_argument("--tp", type=int, help=f"tensor-parallel degree (default {HARDWARE.tp})")
     group.add_argument(
         "--noise", type=float, help=f"relative noise on iteration times ({HARDWARE.noise})"

@@ -27,6 +27,7 @@ from slidingserve.eval.report import (
     goodput_rows,
     goodput_table,
     hardware_summary_table,
+    latency_model_lines,
     ratio_table,
 )
 from slidingserve.reporting import write_csv, write_json
@@ -132,7 +133,8 @@ def _report(result: ExperimentResult, out: Path) -> None:
     print(
         f"\nGoodput, req/s (mean ± std over seeds; share of the capacity bound / of the "
         f"SLO-aware bound)\n"
-        f"{describe_setup(result)}"
+        f"{describe_setup(result)}\n"
+        f"latency model:\n{latency_model_lines(experiment.hardware)}"
     )
     for criterion in experiment.criteria:
         print(f"\nrequests that must meet their SLO: {criterion}")

@@ -13,6 +13,7 @@ from slidingserve.reporting import format_table
 
 if TYPE_CHECKING:
     from slidingserve.eval.experiment import ExperimentResult, GoodputRow
+    from slidingserve.sim.hardware import HardwareConfig
     from slidingserve.sim.runner import SimulationResult
 
 
@@ -139,6 +140,11 @@ def describe_setup(result: ExperimentResult) -> str:
     )
 
 
+def latency_model_lines(hardware: HardwareConfig) -> str:
+    """Where the simulated GPU's times come from (measured, derived, scaled), indented."""
+    return "\n".join(f"  {line}" for line in hardware.provenance())
+
+
 def simulation_table(results: Sequence[SimulationResult]) -> str:
     """One row per run. `viol%`, `ttft%` and `tbt%` use the run's TBT reading; `cum%` and
     `gap%` are the violating shares under each reading; TBT percentiles are of every gap."""
@@ -205,6 +211,7 @@ def tier_table(results: Sequence[SimulationResult]) -> str:
 def experiment_payload(result: ExperimentResult) -> dict[str, Any]:
     return {
         "setup": describe_setup(result),
+        "latency_model": list(result.experiment.hardware.provenance()),
         "experiment": dataclasses.asdict(result.experiment),
         "capacity_bounds": {k: dataclasses.asdict(v) for k, v in result.bounds.items()},
         "slo_aware_bounds": {k: dataclasses.asdict(v) for k, v in result.slo_bounds.items()},

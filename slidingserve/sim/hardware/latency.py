@@ -71,15 +71,15 @@ class HardwareConfig:
         return provenance(self.gpu_profile(), self.model_spec(), self.tp)
 
     def _check_tp(self, gpu: GPUProfile, model: ModelSpec) -> None:
+        for heads, what in ((model.num_kv_heads, "KV heads"), (model.num_heads, "heads")):
+            if self.tp > 0 and heads % self.tp:
+                raise ValueError(f"tp={self.tp} does not divide {model.name}'s {heads} {what}")
         supported = available_tp(gpu, model)
         if self.tp not in supported:
             raise ValueError(
                 f"tp={self.tp} unsupported for {model.name} on {gpu.name}: "
                 f"operator and all-reduce times exist for tp in {list(supported)}"
             )
-        for heads, what in ((model.num_kv_heads, "KV heads"), (model.num_heads, "heads")):
-            if heads % self.tp:
-                raise ValueError(f"tp={self.tp} does not divide {model.name}'s {heads} {what}")
 
 
 class GroundTruthLatency:

@@ -159,10 +159,19 @@ def replica_ops(profile: GPUProfile, model: ModelSpec, tp: int) -> ReplicaOps:
 
 
 def available_tp(profile: GPUProfile, model: ModelSpec) -> tuple[int, ...]:
-    """TP degrees with operator times and, beyond 1, an all-reduce time."""
+    """TP degrees that split `model`'s heads evenly and have operator times and, beyond 1,
+    an all-reduce time."""
     table_tps = source_table(profile, model).per_tp
     workers = set(profile.all_reduce.workers())
-    return tuple(sorted(tp for tp in table_tps if tp == 1 or tp in workers))
+    return tuple(
+        sorted(
+            tp
+            for tp in table_tps
+            if (tp == 1 or tp in workers)
+            and model.num_heads % tp == 0
+            and model.num_kv_heads % tp == 0
+        )
+    )
 
 
 def provenance(profile: GPUProfile, model: ModelSpec, tp: int) -> tuple[str, ...]:

@@ -50,7 +50,8 @@ def stored_profile(name: str) -> GPUProfile:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         return profile_from_json(doc)
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+    except (OSError, AttributeError, KeyError, TypeError, ValueError) as error:
+        # ValueError covers bad JSON; the others, JSON of the wrong shape (a list for a dict).
         raise ValueError(f"{path}: not a readable imported profile ({error})") from None
 
 

@@ -50,6 +50,7 @@ ATTENTION_COLUMNS = (
     "prefill_chunk_size",
     "kv_cache_size",
 )
+ATTENTION_SHAPE_COLUMNS = ("n_q_head", "n_kv_head", "n_embd", "num_tensor_parallel_workers")
 ALL_REDUCE_COLUMNS = ("num_workers", "size", "time_stats.all_reduce.median")
 BINS_PER_OCTAVE = 8
 DIGITS = 6
@@ -81,6 +82,20 @@ def read_csv(path: Path, required: Sequence[str]) -> list[dict[str, str]]:
     return rows
 
 
+def whole_numbers(
+    path: Path, rows: list[dict[str, str]], columns: Sequence[str]
+) -> list[dict[str, str]]:
+    """`rows` with `columns` written as integers, "8.0" as "8" (pandas writes an integer
+    column with a gap as floats); ValueError naming the line where one is not whole."""
+    for line, row in enumerate(rows, start=2):
+        for column in columns:
+            value = float(row[column])
+            if not value.is_integer():
+                raise ValueError(f"{path} line {line}: {column} is not whole: {row[column]!r}")
+            row[column] = str(int(value))
+    return rows
+
+
 def _is_number(text: str | None) -> bool:
     try:
         return text is not None and math.isfinite(float(text))
@@ -91,7 +106,7 @@ def _is_number(text: str | None) -> bool:
 def op_tables(path: Path, label: str) -> list[OpTable]:
     """One table per model shape in an `mlp.csv` (Vidur's older files hold several)."""
     required = (*MLP_COLUMNS, *(f"time_stats.{op}.median" for op in ALL_OPS))
-    rows = read_csv(path, required)
+    rows = whole_numbers(path, read_csv(path, required), MLP_COLUMNS)
     by_shape: dict[tuple[int, ...], list[dict[str, str]]] = defaultdict(list)
     for row in rows:
         by_shape[tuple(int(float(row[c])) for c in SHAPE_COLUMNS)].append(row)
@@ -110,7 +125,7 @@ def attention_fit(path: Path) -> AttentionFit:
     decode ms = a + b·batch + k·(batch × KV tokens a request), prefill ms = a + b·chunk·cached +
     c·chunk², per layer, for the heads on one GPU.
     """
-    rows = read_csv(path, ATTENTION_COLUMNS)
+    rows = whole_numbers(path, read_csv(path, ATTENTION_COLUMNS), ATTENTION_SHAPE_COLUMNS)
     first = rows[0]
     tp = min(int(row["num_tensor_parallel_workers"]) for row in rows)
     same = [

@@ -286,7 +286,7 @@ class TestConfig:
             ({"noise": 0.5}, "noise"),
             ({"gpu_memory_utilization": 0.0}, "gpu_memory_utilization"),
             ({"gpu_memory_utilization": 1.01}, "gpu_memory_utilization"),
-            ({"tp": 3}, r"tp=3 unsupported .* \[1, 2, 4\]"),
+            ({"tp": 3}, "tp=3 does not divide llama-3-8b's 8 KV heads"),
             ({"tp": 8}, "tp=8 unsupported"),
             ({"tp": 0}, "tp=0 unsupported"),
             ({"model": "gpt-5"}, "known: .*llama-3-8b"),
