@@ -19,9 +19,11 @@ from slidingserve.eval.experiment import (
     run_experiment,
     task_count,
 )
+from slidingserve.eval.ratios import static_families
 from slidingserve.eval.regimes import HardwarePoint, hardware_folder, hardware_label
 from slidingserve.eval.report import (
     at_goodput_table,
+    best_static_table,
     describe_setup,
     experiment_payload,
     goodput_rows,
@@ -141,6 +143,12 @@ def _report(result: ExperimentResult, out: Path) -> None:
         print(goodput_table(result, criterion))
         print(f"\nGoodput ÷ {experiment.reference_policy}'s on the same seed: {_ratios(result)}")
         print(ratio_table(result, criterion))
+        for base in static_families(experiment.policies):
+            print(
+                f"\nGoodput ÷ that of {base}'s best setting on each workload ({base}*, the "
+                f"label with the highest mean goodput there) on the same seed: {_ratios(result)}"
+            )
+            print(best_static_table(result, base, criterion))
         print(
             "\nAt each policy's goodput (mean over seeds): p99 gap between tokens and the "
             "share of requests with a gap over their TBT (the per-gap reading)"

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from scipy import stats
 
+from slidingserve.policies import LABEL_SEPARATOR
+
 if TYPE_CHECKING:
     from slidingserve.eval.experiment import ExperimentResult
 
@@ -125,3 +127,35 @@ def goodput_ratios(
         for policy in experiment.policies
         if policy != reference
     ]
+
+
+def static_families(policies: Sequence[str]) -> dict[str, list[str]]:
+    """Policies run under several labels (`sarathi-edf`, `sarathi-edf#256`, ...): the settings
+    of one tuning knob, by base name; only families of two or more."""
+    families: dict[str, list[str]] = {}
+    for policy in policies:
+        families.setdefault(policy.split(LABEL_SEPARATOR, 1)[0], []).append(policy)
+    return {base: labels for base, labels in families.items() if len(labels) > 1}
+
+
+def best_static_ratios(
+    result: ExperimentResult, base: str, criterion: str | None = None
+) -> list[RatioRow]:
+    """Per workload, every policy outside `base`'s family over the family's best setting
+    there (the label with the highest mean goodput: SPEC's `sarathi-edf*`), per seed."""
+    experiment = result.experiment
+    family = static_families(experiment.policies).get(base)
+    if not family:
+        raise ValueError(f"{base!r} runs under fewer than two labels: no best setting to pick")
+    criterion = criterion or experiment.criteria[0]
+    rows = {(r.policy, r.workload): r for r in result.rows if r.criterion == criterion}
+    ratios = []
+    for workload in experiment.workloads:
+        best = max(family, key=lambda label: rows[label, workload].goodput_mean)
+        for policy in experiment.policies:
+            if policy in family:
+                continue
+            values = per_seed_ratios(rows[policy, workload].per_seed, rows[best, workload].per_seed)
+            interval = ratio_interval(values, resolution=experiment.search.precision)
+            ratios.append(RatioRow(policy, best, workload, criterion, interval))
+    return ratios

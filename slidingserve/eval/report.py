@@ -7,7 +7,12 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from slidingserve.eval.ratios import RatioInterval, goodput_ratios
+from slidingserve.eval.ratios import (
+    RatioInterval,
+    best_static_ratios,
+    goodput_ratios,
+    static_families,
+)
 from slidingserve.eval.regimes import hardware_label
 from slidingserve.reporting import format_table
 
@@ -57,6 +62,19 @@ def ratio_table(result: ExperimentResult, criterion: str | None = None) -> str:
     cells = _ratio_cells(result, criterion)
     rows = [[workload, *cells[workload]] for workload in experiment.workloads]
     return format_table(["workload", *others], rows)
+
+
+def best_static_table(result: ExperimentResult, base: str, criterion: str | None = None) -> str:
+    """Workloads down: the best label of `base`'s family there, then every other policy's
+    per-seed goodput ratio to it with its 95% interval."""
+    ratios = best_static_ratios(result, base, criterion)
+    others = list(dict.fromkeys(r.policy for r in ratios))
+    rows = []
+    for workload in result.experiment.workloads:
+        here = {r.policy: r for r in ratios if r.workload == workload}
+        best = here[others[0]].reference
+        rows.append([workload, best, *(here[p].interval.format() for p in others)])
+    return format_table(["workload", f"{base}*", *others], rows)
 
 
 def hardware_summary_table(
@@ -223,6 +241,12 @@ def experiment_payload(result: ExperimentResult) -> dict[str, Any]:
             {**dataclasses.asdict(row), "significant": row.interval.significant}
             for criterion in result.experiment.criteria
             for row in goodput_ratios(result, result.experiment.reference_policy, criterion)
+        ],
+        "best_static_ratios": [
+            {**dataclasses.asdict(row), "significant": row.interval.significant}
+            for criterion in result.experiment.criteria
+            for base in static_families(result.experiment.policies)
+            for row in best_static_ratios(result, base, criterion)
         ],
         "violation_curve": [dataclasses.asdict(point) for point in result.curve],
     }
