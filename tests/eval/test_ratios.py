@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -12,8 +13,14 @@ from slidingserve.eval.experiment import (
     GoodputExperiment,
     GoodputRow,
 )
-from slidingserve.eval.ratios import goodput_ratios, per_seed_ratios, ratio_interval
-from slidingserve.eval.report import ratio_table
+from slidingserve.eval.ratios import (
+    best_static_ratios,
+    goodput_ratios,
+    per_seed_ratios,
+    ratio_interval,
+    static_families,
+)
+from slidingserve.eval.report import best_static_table, ratio_table
 
 T_975_2 = 4.302652729911275  # Student t, 97.5% quantile, 2 degrees of freedom
 
@@ -114,3 +121,39 @@ def test_a_wide_t_interval_is_not_narrowed_by_the_resolution() -> None:
 def test_the_resolution_must_be_a_fraction() -> None:
     with pytest.raises(ValueError, match="resolution must be in"):
         ratio_interval([1.0, 1.0], resolution=1.5)
+
+
+def _workload_row(policy: str, workload: str, per_seed: tuple[float, ...]) -> GoodputRow:
+    return dataclasses.replace(_row(policy, per_seed), workload=workload)
+
+
+def test_the_best_static_setting_is_picked_per_workload() -> None:
+    policies = ("sarathi-edf#256", "sarathi-edf", "qoserve", "slidingserve")
+    experiment = GoodputExperiment(policies=policies, workloads=("sharegpt", "arxiv"))
+    rows = [
+        # ShareGPT: 512 is best; arXiv: 256 is.
+        _workload_row("sarathi-edf#256", "sharegpt", (1.0, 1.0, 1.0)),
+        _workload_row("sarathi-edf", "sharegpt", (2.0, 2.0, 2.0)),
+        _workload_row("qoserve", "sharegpt", (2.2, 2.2, 2.2)),
+        _workload_row("slidingserve", "sharegpt", (2.4, 2.4, 2.4)),
+        _workload_row("sarathi-edf#256", "arxiv", (4.0, 4.0, 4.0)),
+        _workload_row("sarathi-edf", "arxiv", (3.0, 3.0, 3.0)),
+        _workload_row("qoserve", "arxiv", (3.6, 3.6, 3.6)),
+        _workload_row("slidingserve", "arxiv", (4.0, 4.4, 4.8)),
+    ]
+    result = ExperimentResult(experiment, {}, rows, [])
+    assert static_families(policies) == {"sarathi-edf": ["sarathi-edf#256", "sarathi-edf"]}
+    ratios = {(r.policy, r.workload): r for r in best_static_ratios(result, "sarathi-edf")}
+    assert set(ratios) == {
+        (p, w) for p in ("qoserve", "slidingserve") for w in ("sharegpt", "arxiv")
+    }
+    assert ratios["slidingserve", "sharegpt"].reference == "sarathi-edf"
+    assert ratios["slidingserve", "sharegpt"].interval.mean == pytest.approx(1.2)
+    assert ratios["slidingserve", "arxiv"].reference == "sarathi-edf#256"
+    assert ratios["slidingserve", "arxiv"].interval.per_seed == pytest.approx((1.0, 1.1, 1.2))
+    assert ratios["qoserve", "arxiv"].interval.mean == pytest.approx(0.9)
+    table = best_static_table(result, "sarathi-edf")
+    assert "sarathi-edf*" in table.splitlines()[0]
+    assert "sarathi-edf#256" in table.splitlines()[3]  # arXiv's row names its best setting
+    with pytest.raises(ValueError, match="fewer than two labels"):
+        best_static_ratios(result, "qoserve")
