@@ -39,8 +39,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     simulate = commands.add_parser("simulate", help="policy × workload × rate → metrics table")
     simulate.add_argument("--policy", type=_comma_list, default=("sarathi",), help="names, a,b")
-    simulate.add_argument("--workload", type=_comma_list, default=("sharegpt",), help="names")
-    simulate.add_argument("--rate", type=_positive_float, nargs="+", default=[1.0], help="req/s")
+    simulate.add_argument(
+        "--workload", type=_comma_list, help="names (default sharegpt; with --trace: trace)"
+    )
+    simulate.add_argument(
+        "--rate",
+        type=_positive_float,
+        nargs="+",
+        help="req/s (default 1; a replayed trace: its recorded rate)",
+    )
     simulate.add_argument("--seed", type=int, default=0)
     simulate.add_argument("--out", type=Path, help="write results to a .json or .csv file")
     _add_common(simulate)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from slidingserve import config as cfg
 from slidingserve.cli_flags import add_workload_flags, workload_flags
+from slidingserve.workloads import recorded_rate
 
 if TYPE_CHECKING:
     from slidingserve.bench import BenchConfig
@@ -38,8 +39,12 @@ def add_bench_command(commands: Any) -> None:
     )
     bench.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
     bench.add_argument("--model", help="served model name (default: the first of /v1/models)")
-    bench.add_argument("--workload", default="sharegpt", help="sharegpt, arxiv, mixed-v1, ...")
-    bench.add_argument("--rate", type=_positive, default=1.0, help="requests/s (default 1)")
+    bench.add_argument(
+        "--workload", help="sharegpt (default), arxiv, mixed-v1, ...; with --trace: the trace"
+    )
+    bench.add_argument(
+        "--rate", type=_positive, help="requests/s (default 1; a replayed trace: as recorded)"
+    )
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--requests", type=int, help=f"requests to send ({DEFAULT_REQUESTS})")
     bench.add_argument(
@@ -75,10 +80,14 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
 
     settings = cfg.load_settings(args.config)
     cfg.override(settings, "workload", **workload_flags(args))
+    given = (args.workload,) if args.workload else None
+    name = cfg.workload_names(settings, given, ("sharegpt",))[0]
+    workload = cfg.workload_config(settings, name, DEFAULT_REQUESTS)
+    rate = args.rate or (recorded_rate(workload, args.seed) if workload.replays else 1.0)
     return BenchConfig(
         url=args.url,
-        workload=cfg.workload_config(settings, args.workload, DEFAULT_REQUESTS),
-        rate=args.rate,
+        workload=workload,
+        rate=rate,
         model=args.model,
         seed=args.seed,
         vocab_size=args.vocab_size,

@@ -10,13 +10,26 @@ from slidingserve import config as cfg
 from slidingserve.cli_flags import workload_flags
 from slidingserve.core.checks import is_integer
 from slidingserve.eval.experiment import GoodputExperiment
-from slidingserve.eval.report import latency_model_lines, simulation_table, tier_table
+from slidingserve.eval.report import (
+    latency_model_lines,
+    simulation_table,
+    tier_table,
+    workload_note,
+)
 from slidingserve.predictor import PredictorMetadata, save_predictor
 from slidingserve.predictor.calibration import fit_batches
 from slidingserve.predictor.steps import load_engine_steps
 from slidingserve.reporting import write_csv, write_json
 from slidingserve.sim.profiling import hardware_label, profile_batches
 from slidingserve.sim.runner import SimulationSpec, simulate
+from slidingserve.workloads import WorkloadConfig, recorded_rate
+
+
+def _rates(given: list[float] | None, workload: WorkloadConfig, seed: int) -> list[float]:
+    """The rates to simulate: those given, else a replayed trace's recorded rate, else 1."""
+    if given:
+        return given
+    return [recorded_rate(workload, seed)] if workload.replays else [1.0]
 
 
 def settings_from(args: argparse.Namespace) -> cfg.Settings:
@@ -47,22 +60,32 @@ def run_simulate(args: argparse.Namespace) -> int:
         raise ValueError(f"--out must end in .json or .csv, got {args.out}")
     settings = settings_from(args)
     options = cfg.policy_options(settings, args.policy)
+    hardware = cfg.hardware_config(settings)
+    workloads = [
+        cfg.workload_config(settings, name, 1000)
+        for name in cfg.workload_names(settings, args.workload, ("sharegpt",))
+    ]
     specs = [
         SimulationSpec(
             policy,
-            cfg.workload_config(settings, workload, 1000),
-            cfg.hardware_config(settings),
+            workload,
+            hardware,
             cfg.engine_limits(settings),
             options.get(policy, {}),
             cfg.tbt_reading(settings),
         )
-        for workload in args.workload
+        for workload in workloads
         for policy in args.policy
     ]
-    results = [simulate(spec, rate, args.seed) for spec in specs for rate in args.rate]
-    hardware = cfg.hardware_config(settings)
+    results = [
+        simulate(spec, rate, args.seed)
+        for spec in specs
+        for rate in _rates(args.rate, spec.workload, args.seed)
+    ]
     setup = f"{hardware.gpu} {hardware.model} TP{hardware.tp}"
     print(f"{setup}, latency model:\n{latency_model_lines(hardware)}\n")
+    for workload in workloads:
+        print(workload_note(workload, hardware.model_spec().max_model_len, args.seed))
     print(simulation_table(results))
     tiered = [result for result in results if result.tiers]
     if tiered:
@@ -105,13 +128,15 @@ def experiment_from(args: argparse.Namespace, settings: cfg.Settings) -> Goodput
     workload = settings["workload"]
     return GoodputExperiment(
         policies=policies,
-        workloads=tuple(table.get("workloads", defaults.workloads)),
+        workloads=cfg.workload_names(settings, table.get("workloads"), defaults.workloads),
         seeds=tuple(seeds) if isinstance(seeds, list) else tuple(range(_count(seeds, "seeds"))),
         num_requests=workload.get("requests", defaults.num_requests),
         arrival=cfg.arrival_config(settings),
         slo_preset=workload.get("slo", defaults.slo_preset),
         slo_scale=workload.get("slo_scale", defaults.slo_scale),
         trace_dir=workload.get("trace_dir"),
+        traces=cfg.trace_sources(settings),
+        trace_start=workload.get("trace_start", defaults.trace_start),
         tbt_reading=cfg.tbt_reading(settings),
         tiers=cfg.tier_mix(settings),
         criteria=tuple(table.get("criteria", defaults.criteria)),

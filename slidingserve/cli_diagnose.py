@@ -51,7 +51,7 @@ def add_diagnose_command(commands: Any) -> None:
         default=DEFAULT_POLICIES,
         help=f"names, a,b: one column each (default {','.join(DEFAULT_POLICIES)})",
     )
-    parser.add_argument("--workload", default=DEFAULT_WORKLOAD, help=f"default {DEFAULT_WORKLOAD}")
+    parser.add_argument("--workload", help=f"default {DEFAULT_WORKLOAD} (with --trace: the trace)")
     parser.add_argument(
         "--rate",
         type=positive_float,
@@ -71,10 +71,12 @@ def run_diagnose(args: argparse.Namespace) -> int:
         raise ValueError("--policies needs at least one policy name")
     settings = settings_from(args)
     options = cfg.policy_options(settings, args.policies)
+    given = (args.workload,) if args.workload else None
+    workload = cfg.workload_names(settings, given, (DEFAULT_WORKLOAD,))[0]
     specs = [
         SimulationSpec(
             policy,
-            cfg.workload_config(settings, args.workload, DEFAULT_REQUESTS),
+            cfg.workload_config(settings, workload, DEFAULT_REQUESTS),
             cfg.hardware_config(settings),
             cfg.engine_limits(settings),
             options.get(policy, {}),

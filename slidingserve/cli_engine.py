@@ -86,7 +86,15 @@ def add_engine_commands(commands: Any) -> None:
     compare.add_argument(
         "--repeats", type=int, default=3, help="runs per rate, fixed or searched (median)"
     )
-    compare.add_argument("--workload", default="sharegpt")
+    compare.add_argument("--workload", help="default sharegpt; with --trace: the trace")
+    compare.add_argument(
+        "--trace",
+        action="append",
+        metavar="FILE[:CLASS[:WEIGHT]]",
+        help="the workload is this trace file (repeatable; see simulate --help)",
+    )
+    compare.add_argument("--trace-columns", help="prompt=COL,output=COL,time=COL,time_unit=s|ms")
+    compare.add_argument("--arrival", help="poisson (default), or trace: replay the --trace files")
     compare.add_argument("--requests", type=int, default=200, help="requests per run")
     compare.add_argument("--seed", type=int, default=0)
     compare.add_argument("--slo-scale", type=float, help="default: calibrated on this machine")
@@ -192,14 +200,25 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.against is not None and args.simulate is None:
         raise ValueError("--against needs --simulate: it compares a prediction with a live run")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    workload: cfg.Settings = {section: {} for section in cfg.SECTIONS}
+    cfg.override(
+        workload,
+        "workload",
+        traces=args.trace,
+        trace_columns=args.trace_columns,
+        arrival=args.arrival,
+    )
+    given = (args.workload,) if args.workload else None
     settings = LiveSettings(
         args.model or "",
-        args.workload,
+        cfg.workload_names(workload, given, ("sharegpt",))[0],
         args.requests,
         args.seed,
         args.slo_scale,
         repeats=args.repeats,
         out_dir=args.out_dir,
+        traces=cfg.trace_sources(workload),
+        arrival=cfg.arrival_config(workload),
     )
     rates, search, measured = args.rates, args.search, None
     if args.against is not None:

@@ -77,7 +77,9 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_workload_flags(group: Any) -> None:
     """The flags that describe a workload's arrivals, SLOs and tiers (argparse group/parser)."""
-    group.add_argument("--arrival", help="arrival process: poisson or gamma")
+    group.add_argument(
+        "--arrival", help="arrival process: poisson, gamma, or trace (replay the --trace files)"
+    )
     group.add_argument("--burstiness", type=float, help="CV of gamma inter-arrival gaps")
     group.add_argument(
         "--overload",
@@ -88,6 +90,23 @@ def add_workload_flags(group: Any) -> None:
     group.add_argument("--slo-scale", type=float, help="multiply every SLO target")
     group.add_argument("--tiers", help="SLO tier preset (premium-standard, interactive-batch)")
     group.add_argument("--trace-dir", help="read request lengths from these trace CSVs")
+    group.add_argument(
+        "--trace",
+        action="append",
+        metavar="FILE[:CLASS[:WEIGHT]]",
+        help="the workload is this trace file (CSV or JSON lines; repeatable for a mix, CLASS "
+        "conversational or summarization, WEIGHT its share when resampled)",
+    )
+    group.add_argument(
+        "--trace-columns",
+        metavar="prompt=COL,output=COL,time=COL,time_unit=s|ms",
+        help="the trace files' columns, where they are not named as Vidur's or Mooncake's",
+    )
+    group.add_argument(
+        "--trace-start",
+        type=int,
+        help="--arrival trace: seed 0's window starts at this row (seed k: k × --requests on)",
+    )
 
 
 def workload_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -101,6 +120,9 @@ def workload_flags(args: argparse.Namespace) -> dict[str, Any]:
         "slo_scale": args.slo_scale,
         "tiers": args.tiers,
         "trace_dir": args.trace_dir,
+        "traces": args.trace,
+        "trace_columns": args.trace_columns,
+        "trace_start": args.trace_start,
     }
 
 

@@ -31,6 +31,7 @@ from slidingserve.eval.report import (
     hardware_summary_table,
     latency_model_lines,
     ratio_table,
+    workload_note,
 )
 from slidingserve.reporting import write_csv, write_json
 
@@ -138,6 +139,9 @@ def _report(result: ExperimentResult, out: Path) -> None:
         f"{describe_setup(result)}\n"
         f"latency model:\n{latency_model_lines(experiment.hardware)}"
     )
+    max_model_len = experiment.hardware.model_spec().max_model_len
+    for name in experiment.workloads:
+        print(workload_note(experiment.workload_config(name), max_model_len, experiment.seeds[0]))
     for criterion in experiment.criteria:
         print(f"\nrequests that must meet their SLO: {criterion}")
         print(goodput_table(result, criterion))

@@ -4,8 +4,11 @@ Precedence: built-in defaults < the file given with --config < flags. The file's
 
     [hardware]   gpu, model, tp, noise, gpu_memory_utilization
     [engine]     max_num_batched_tokens, max_num_seqs, block_size
-    [workload]   requests, arrival ("poisson" | "gamma"), burstiness, slo ("strict" |
-                 "relaxed"), slo_scale, trace_dir, tbt_reading ("cumulative" | "per-gap")
+    [workload]   requests, arrival ("poisson" | "gamma" | "trace"), burstiness, slo
+                 ("strict" | "relaxed"), slo_scale, trace_dir, tbt_reading ("cumulative" |
+                 "per-gap"), trace_start
+    [[workload.traces]]  path, class, weight, columns (a table: prompt, output, time,
+                 time_unit); or `traces = ["a.csv:conversational:3", ...]`
     [workload.overload]  start, duration (seconds), factor
     [goodput]    policies, reference, workloads, seeds, criteria, threshold, precision,
                  curve_points, jobs
@@ -25,10 +28,14 @@ from slidingserve.metrics import TbtReading
 from slidingserve.policies import get_policy_class
 from slidingserve.sim.hardware import HardwareConfig
 from slidingserve.workloads import (
+    CONVERSATIONAL,
+    TRACE_WORKLOAD,
     ArrivalConfig,
     OverloadWindow,
     Tier,
     TierMix,
+    TraceColumns,
+    TraceSource,
     WorkloadConfig,
     get_tier_mix,
 )
@@ -91,7 +98,49 @@ WORKLOAD_KEYS = (
     "slo_scale",
     "trace_dir",
     "tbt_reading",
+    "traces",
+    "trace_start",
+    "trace_columns",
 )
+TRACE_KEYS = ("path", "class", "weight", "columns")
+COLUMN_KEYS = ("prompt", "output", "time", "time_unit")
+
+
+def trace_sources(settings: Settings) -> tuple[TraceSource, ...]:
+    """The [[workload.traces]]: tables, or `FILE[:CLASS[:WEIGHT]]` strings (as --trace);
+    `trace_columns` (`prompt=..,output=..`) applies to those without their own columns."""
+    table = _take(settings["workload"], "workload", WORKLOAD_KEYS)
+    traces = table.get("traces") or []
+    if not isinstance(traces, list):
+        raise ValueError(f"[workload] traces must be a list, got {traces!r}")
+    shared = table.get("trace_columns")
+    columns = TraceColumns.parse(shared) if isinstance(shared, str) else None
+    if shared is not None and not isinstance(shared, str):
+        raise ValueError(f"[workload] trace_columns must be a string, got {shared!r}")
+    sources = []
+    for entry in traces:
+        if isinstance(entry, str):
+            sources.append(TraceSource.parse(entry, columns))
+        elif isinstance(entry, dict):
+            fields = _take(entry, "workload.traces", TRACE_KEYS)
+            if "path" not in fields:
+                raise ValueError("[[workload.traces]] needs a path")
+            own = fields.get("columns")
+            if own is not None and not isinstance(own, dict):
+                raise ValueError(f"[[workload.traces]] columns must be a table, got {own!r}")
+            sources.append(
+                TraceSource(
+                    str(fields["path"]),
+                    fields.get("class", CONVERSATIONAL),
+                    float(fields.get("weight", 1.0)),
+                    TraceColumns(**_take(own, "workload.traces.columns", COLUMN_KEYS))
+                    if own
+                    else columns,
+                )
+            )
+        else:
+            raise ValueError(f"[workload] traces: a string or a table each, got {entry!r}")
+    return tuple(sources)
 
 
 def arrival_config(settings: Settings) -> ArrivalConfig:
@@ -178,7 +227,18 @@ def workload_config(settings: Settings, name: str, default_requests: int) -> Wor
         table.get("slo_scale", 1.0),
         Path(trace_dir) if trace_dir else None,
         tiers=tier_mix(settings),
+        traces=trace_sources(settings),
+        trace_start=table.get("trace_start", 0),
     )
+
+
+def workload_names(
+    settings: Settings, given: tuple[str, ...] | None, default: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The workloads to run: those given, else the trace workload with --trace, else `default`."""
+    if given:
+        return tuple(given)
+    return (TRACE_WORKLOAD,) if trace_sources(settings) else default
 
 
 def parse_assignments(assignments: list[str] | None, settings: Settings) -> None:

@@ -39,10 +39,12 @@ def capacity_bound(
     num_samples: int = 4000,
     seed: int = 0,
 ) -> CapacityBound:
-    """The bound for `workload` on `hardware`, averaged over `num_samples` drawn requests."""
+    """The bound for `workload` on `hardware`, averaged over `num_samples` drawn requests
+    (a replayed trace: over seed `seed`'s window of it)."""
     latency = GroundTruthLatency(dataclasses.replace(hardware, noise=0.0))
+    count = workload.num_requests if workload.replays else num_samples
     sample = sample_workload(
-        dataclasses.replace(workload, num_requests=num_samples),
+        dataclasses.replace(workload, num_requests=count),
         1.0,
         seed,
         load_model(hardware.model).max_model_len,

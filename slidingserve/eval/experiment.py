@@ -37,7 +37,7 @@ from slidingserve.sim.runner import (
     simulate,
     violation_for,
 )
-from slidingserve.workloads import ArrivalConfig, TierMix, WorkloadConfig, get_workload
+from slidingserve.workloads import ArrivalConfig, TierMix, TraceSource, WorkloadConfig
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -65,6 +65,8 @@ class GoodputExperiment:
     slo_preset: str = "strict"
     slo_scale: float = 1.0
     trace_dir: str | None = None  # None: embedded length tables
+    traces: tuple[TraceSource, ...] = ()  # --trace files: the workload "trace"
+    trace_start: int = 0  # replayed traces: seed 0's window starts at this row
     tbt_reading: TbtReading = TbtReading.CUMULATIVE  # how TBT violations are counted
     tiers: TierMix | None = None  # SLO tiers of every workload
     criteria: tuple[str, ...] = (OVERALL,)  # what must stay ≤ threshold: see violation_for
@@ -81,7 +83,7 @@ class GoodputExperiment:
         for name in self.policies:
             get_policy_class(name)
         for name in self.workloads:
-            get_workload(name)
+            self.workload_config(name)  # a known name, or "trace" with trace files
         unknown = sorted(set(self.policy_options) - set(self.policies))
         if unknown:
             raise ValueError(f"options given for policies not in the run: {', '.join(unknown)}")
@@ -113,6 +115,8 @@ class GoodputExperiment:
             self.slo_scale,
             Path(self.trace_dir) if self.trace_dir else None,
             tiers=self.tiers,
+            traces=self.traces,
+            trace_start=self.trace_start,
         )
 
     def spec(

@@ -217,9 +217,9 @@ def _cell(regimes: RegimeMap, result: ExperimentResult, workload: str) -> Regime
 
 
 def arrival_label(arrival: ArrivalConfig) -> str:
-    """`poisson`, or `gamma:CV`: what `parse_arrival` reads."""
-    if arrival.process == "poisson":
-        return "poisson"
+    """`poisson`, `trace` (replayed), or `gamma:CV`: what `parse_arrival` reads."""
+    if arrival.process in ("poisson", "trace"):
+        return arrival.process
     return f"{arrival.process}:{arrival.burstiness:g}"
 
 

@@ -15,11 +15,13 @@ from slidingserve.eval.ratios import (
 )
 from slidingserve.eval.regimes import hardware_label
 from slidingserve.reporting import format_table
+from slidingserve.workloads import recorded_rate, sample_workload
 
 if TYPE_CHECKING:
     from slidingserve.eval.experiment import ExperimentResult, GoodputRow
     from slidingserve.sim.hardware import HardwareConfig
     from slidingserve.sim.runner import SimulationResult
+    from slidingserve.workloads import WorkloadConfig
 
 
 def goodput_table(result: ExperimentResult, criterion: str | None = None) -> str:
@@ -156,6 +158,34 @@ def describe_setup(result: ExperimentResult) -> str:
         f"per trial, seeds {list(e.seeds)}, ≤ {e.search.threshold:.0%} violating, "
         f"precision {e.search.precision:.0%}, TBT violations read {e.tbt_reading.value}"
     )
+
+
+def workload_note(workload: WorkloadConfig, max_model_len: int, seed: int = 0) -> str:
+    """One line on where a workload's requests come from, and how many were trimmed to the
+    model's context (seed `seed`'s trial)."""
+    sample = sample_workload(workload, 1.0, seed, max_model_len)
+    if workload.traces:
+        files = ", ".join(
+            f"{trace.path} ({trace.workload_class}"
+            + (f", weight {trace.weight:g})" if len(workload.traces) > 1 else ")")
+            for trace in workload.traces
+        )
+        if workload.replays:
+            start = workload.trace_start + seed * workload.num_requests
+            how = (
+                f"replayed: rows {start}–{start + workload.num_requests - 1} with their own "
+                f"arrival times (recorded {recorded_rate(workload, seed):.2f} req/s), "
+                "rescaled to each rate"
+            )
+        else:
+            how = f"lengths resampled, {workload.arrival.process} arrivals"
+        text = f"workload {workload.name}: {files}; {how}"
+    else:
+        text = f"workload {workload.name}: {workload.arrival.process} arrivals"
+    trimmed = (
+        f"{sample.trimmed} of {len(sample)} requests trimmed to the {max_model_len}-token context"
+    )
+    return f"{text}; {trimmed} (seed {seed})"
 
 
 def latency_model_lines(hardware: HardwareConfig) -> str:

@@ -255,7 +255,8 @@ def _demand(
 ) -> _Demand:
     """What the requests need (constraints 1–4), over the `num_samples` requests drawn with
     `seed` that `capacity_bound` averages over with the same arguments."""
-    config = dataclasses.replace(workload, num_requests=num_samples)
+    count = workload.num_requests if workload.replays else num_samples  # a replay: its window
+    config = dataclasses.replace(workload, num_requests=count)
     requests = generate_requests(config, 1.0, seed, load_model(latency.config.model).max_model_len)
     prompt = np.array([r.prompt_len for r in requests], dtype=np.int64)
     output = np.array([r.output_len for r in requests], dtype=np.float64)

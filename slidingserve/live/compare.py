@@ -21,7 +21,7 @@ import math
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -31,7 +31,7 @@ from slidingserve.eval.goodput import GoodputEstimate, SearchSettings, search_go
 from slidingserve.live.servers import ServerSpec, running_server
 from slidingserve.metrics import RunMetrics
 from slidingserve.reporting import format_table
-from slidingserve.workloads import SLO_PRESETS, WorkloadConfig
+from slidingserve.workloads import SLO_PRESETS, ArrivalConfig, TraceSource, WorkloadConfig
 from slidingserve.workloads.slo import CONVERSATIONAL
 
 STRICT_TBT = SLO_PRESETS["strict"][CONVERSATIONAL].tbt  # seconds: what the scale is set by
@@ -55,6 +55,8 @@ class LiveSettings:
     max_num_seqs: int = CPU_ENGINE_LIMITS.max_num_seqs
     search: SearchSettings = SearchSettings(precision=0.1)
     out_dir: Path = Path("results/live")
+    traces: tuple[TraceSource, ...] = ()  # --trace files: the workload "trace"
+    arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
 
     def __post_init__(self) -> None:
         for name in ("requests", "repeats"):
@@ -65,7 +67,9 @@ class LiveSettings:
     def workload_config(self, scale: float, requests: int | None = None) -> WorkloadConfig:
         """The workload of a run: `requests` (default: the settings') at SLO scale `scale`."""
         count = self.requests if requests is None else requests
-        return WorkloadConfig(self.workload, count, slo_scale=scale)
+        return WorkloadConfig(
+            self.workload, count, self.arrival, slo_scale=scale, traces=self.traces
+        )
 
 
 @dataclass(frozen=True, slots=True)

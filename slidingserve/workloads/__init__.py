@@ -25,6 +25,7 @@ from slidingserve.workloads.lengths import (
     load_quantile_tables,
     trace_distribution,
 )
+from slidingserve.workloads.replay import TRACE_WORKLOAD, TraceSource
 from slidingserve.workloads.slo import (
     CONVERSATIONAL,
     SLO_PRESETS,
@@ -33,6 +34,7 @@ from slidingserve.workloads.slo import (
     slo_for,
 )
 from slidingserve.workloads.tiers import TIER_PRESETS, Tier, TierMix, get_tier_mix
+from slidingserve.workloads.trace_files import TimedTrace, TraceColumns, read_trace_file
 from slidingserve.workloads.traces import LengthTable, TraceFormatError, read_trace
 from slidingserve.workloads.workload import (
     WORKLOADS,
@@ -43,6 +45,7 @@ from slidingserve.workloads.workload import (
     generate_requests,
     get_workload,
     length_sources,
+    recorded_rate,
     sample_workload,
     trim_to_context,
 )
@@ -53,6 +56,7 @@ __all__ = [
     "SUMMARIZATION",
     "TIER_PRESETS",
     "TRACE_FILES",
+    "TRACE_WORKLOAD",
     "WORKLOADS",
     "WORKLOAD_CLASSES",
     "ArrivalConfig",
@@ -63,8 +67,11 @@ __all__ = [
     "QuantileTable",
     "Tier",
     "TierMix",
+    "TimedTrace",
+    "TraceColumns",
     "TraceFormatError",
     "TraceLengths",
+    "TraceSource",
     "WorkloadConfig",
     "WorkloadSample",
     "WorkloadSource",
@@ -77,6 +84,8 @@ __all__ = [
     "length_sources",
     "load_quantile_tables",
     "read_trace",
+    "read_trace_file",
+    "recorded_rate",
     "sample_workload",
     "scale_arrivals",
     "slo_for",

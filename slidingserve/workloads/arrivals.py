@@ -24,8 +24,9 @@ from slidingserve.core.checks import require_int
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-ArrivalProcess = Literal["poisson", "gamma"]
-ARRIVAL_PROCESSES: tuple[str, ...] = ("poisson", "gamma")
+ArrivalProcess = Literal["poisson", "gamma", "trace"]
+ARRIVAL_PROCESSES: tuple[str, ...] = ("poisson", "gamma", "trace")
+"""`trace`: the arrival times of the workload's trace files, replayed (`replay.py`)."""
 
 
 def _check_finite(name: str, value: float, *, positive: bool) -> None:
@@ -78,6 +79,10 @@ class ArrivalConfig:
             raise ValueError(
                 f"burstiness {self.burstiness} needs process 'gamma'; Poisson gaps have CV 1"
             )
+        if self.process == "trace" and (self.burstiness != 1.0 or self.overload is not None):
+            raise ValueError(
+                "replayed trace arrivals keep the trace's own bursts: no burstiness or overload"
+            )
 
 
 def arrival_times(
@@ -93,6 +98,8 @@ def unit_arrivals(
 ) -> npt.NDArray[np.float64]:
     """Event times of the unit-rate process, in expected arrivals: 0, g_1, g_1 + g_2, ..."""
     require_int("number of requests", n)
+    if config.process == "trace":
+        raise ValueError("trace arrivals come from the workload's trace files (replay.py)")
     gaps = _unit_gaps(n - 1, config, rng)
     return np.concatenate(([0.0], np.cumsum(gaps)))
 

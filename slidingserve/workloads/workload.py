@@ -7,7 +7,8 @@ only on its arguments. The seed feeds three independent numpy Generators, spawne
 arrival pattern is mapped to seconds, so for one seed the request lengths, sources and classes
 are the same at every rate, and without an overload window the arrival times are inversely
 proportional to the rate. A later stream (e.g. SLO tiers) is spawned after these three, which
-leaves them unchanged.
+leaves them unchanged. A replayed trace (`--arrival trace`, replay.py) draws nothing: the
+seed picks its window of rows, and the rate only rescales the window's own arrival times.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from slidingserve.workloads.arrivals import ArrivalConfig, arrival_times
 from slidingserve.workloads.lengths import (
     TRACE_FILES,
     LengthDistribution,
+    TraceLengths,
     embedded_distribution,
     trace_distribution,
 )
+from slidingserve.workloads.replay import TRACE_WORKLOAD, TraceSource, load_trace, replay_window
 from slidingserve.workloads.slo import (
     CONVERSATIONAL,
     SUMMARIZATION,
@@ -45,9 +48,10 @@ if TYPE_CHECKING:
 class WorkloadSource(NamedTuple):
     """One stream of requests inside a workload."""
 
-    source: str  # length source: a key of TRACE_FILES ("sharegpt", "arxiv")
+    source: str  # length source: a key of TRACE_FILES ("sharegpt", "arxiv"), or a label
     workload_class: str  # SLO class of its requests, one of slo.WORKLOAD_CLASSES
     weight: float  # share of the requests, relative to the workload's other sources
+    trace: TraceSource | None = None  # a --trace file, when the source is one
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ class WorkloadSpec:
         if not self.sources:
             raise ValueError(f"workload {self.name!r} has no sources")
         for source in self.sources:
-            if source.source not in TRACE_FILES:
+            if source.trace is None and source.source not in TRACE_FILES:
                 known = ", ".join(sorted(TRACE_FILES))
                 raise ValueError(f"{self.name}: unknown source {source.source!r}; known: {known}")
             if source.workload_class not in WORKLOAD_CLASSES:
@@ -108,7 +112,7 @@ class WorkloadConfig:
     explicitly, e.g. `(("arxiv", Path("my_arxiv.csv")),)`, and wins over both.
     """
 
-    name: str  # a key of WORKLOADS
+    name: str  # a key of WORKLOADS, or TRACE_WORKLOAD with `traces`
     num_requests: int
     arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
     slo_preset: str = "strict"  # a key of slo.SLO_PRESETS
@@ -116,20 +120,52 @@ class WorkloadConfig:
     trace_dir: Path | None = None
     trace_files: tuple[tuple[str, Path], ...] = ()  # (source, CSV path) overrides
     tiers: TierMix | None = None  # SLO tiers; None: every request gets its class SLO
+    traces: tuple[TraceSource, ...] = ()  # --trace files: the workload TRACE_WORKLOAD
+    trace_start: int = 0  # replay: the first row of seed 0's window
 
     def __post_init__(self) -> None:
-        spec = get_workload(self.name)
         require_int("num_requests", self.num_requests)
+        require_int("trace_start", self.trace_start, minimum=0)
         check_slo_choice(self.slo_preset, self.slo_scale)
+        self._check_traces()
+        spec = self.spec
         used = {source.source for source in spec.sources}
         for source, _ in self.trace_files:
             if source not in used:
                 known = ", ".join(sorted(used))
                 raise ValueError(f"{self.name} has no source {source!r} to read; it has {known}")
 
+    def _check_traces(self) -> None:
+        if (self.name == TRACE_WORKLOAD) != bool(self.traces):
+            raise ValueError(
+                f"the workload {TRACE_WORKLOAD!r} is made of --trace files, and only it: "
+                f"give --trace FILE with it, and no workload name but {TRACE_WORKLOAD!r} "
+                "with --trace"
+            )
+        if self.arrival.process == "trace":
+            if not self.traces:
+                raise ValueError("--arrival trace replays the arrival times of --trace files")
+            if any(trace.weight != 1.0 for trace in self.traces):
+                raise ValueError(
+                    "replayed traces keep their own mix: weights apply to resampled traces"
+                )
+
     @property
     def spec(self) -> WorkloadSpec:
-        return WORKLOADS[self.name]
+        if self.traces:
+            return WorkloadSpec(
+                TRACE_WORKLOAD,
+                tuple(
+                    WorkloadSource(trace.label, trace.workload_class, trace.weight, trace)
+                    for trace in self.traces
+                ),
+            )
+        return get_workload(self.name)
+
+    @property
+    def replays(self) -> bool:
+        """Whether requests are replayed from the traces (their own arrival times)."""
+        return self.arrival.process == "trace"
 
     def trace_path(self, source: str) -> Path | None:
         """The CSV that `source` is resampled from, or None for the embedded table."""
@@ -150,6 +186,7 @@ class WorkloadSample:
     output_lens: npt.NDArray[np.int64]  # tokens, after trimming to the context
     source_index: npt.NDArray[np.intp]  # position of each request's source in spec.sources
     spec: WorkloadSpec
+    trimmed: int = 0  # requests whose prompt or output was cut to fit the context
 
     def __len__(self) -> int:
         return len(self.arrivals)
@@ -177,6 +214,10 @@ def length_sources(config: WorkloadConfig) -> dict[str, LengthDistribution]:
     """The length distribution of each source of the workload; reads trace files if asked."""
     distributions: dict[str, LengthDistribution] = {}
     for source in config.spec.sources:
+        if source.trace is not None:
+            trace = load_trace(source.trace.path, source.trace.columns)
+            distributions[source.source] = TraceLengths(trace.lengths)
+            continue
         path = config.trace_path(source.source)
         distributions[source.source] = (
             embedded_distribution(source.source) if path is None else trace_distribution(path)
@@ -204,6 +245,8 @@ def sample_workload(
     lengths: Mapping[str, LengthDistribution] | None = None,
 ) -> WorkloadSample:
     """The workload's arrays at `rate` (requests/s) for `seed`; see `generate_requests`."""
+    if config.replays:
+        return _replayed_sample(config, rate, seed, max_model_len)
     spec, n = config.spec, config.num_requests
     streams = _streams(seed, len(spec.sources))
     distributions = length_sources(config) if lengths is None else lengths
@@ -214,9 +257,34 @@ def sample_workload(
         rows = np.flatnonzero(source_index == k)
         drawn = distributions[source.source].sample(len(rows), streams.lengths[k])
         prompt[rows], output[rows] = drawn.prompt, drawn.output
-    prompt, output = trim_to_context(prompt, output, max_model_len)
+    trimmed_prompt, trimmed_output = trim_to_context(prompt, output, max_model_len)
+    trimmed = int(np.count_nonzero((trimmed_prompt < prompt) | (trimmed_output < output)))
     arrivals = arrival_times(n, rate, config.arrival, streams.arrivals)
-    return WorkloadSample(arrivals, prompt, output, source_index.astype(np.intp), spec)
+    return WorkloadSample(
+        arrivals, trimmed_prompt, trimmed_output, source_index.astype(np.intp), spec, trimmed
+    )
+
+
+def _replayed_sample(
+    config: WorkloadConfig, rate: float | None, seed: int, max_model_len: int
+) -> WorkloadSample:
+    """Seed `seed`'s window of the traces, replayed at mean `rate` (replay.py)."""
+    require_int("seed", seed, minimum=0)
+    n = config.num_requests
+    window = replay_window(config.traces, config.trace_start + seed * n, n, rate)
+    prompt, output = trim_to_context(window.prompt, window.output, max_model_len)
+    trimmed = int(np.count_nonzero((prompt < window.prompt) | (output < window.output)))
+    return WorkloadSample(
+        window.arrivals, prompt, output, window.source_index, config.spec, trimmed
+    )
+
+
+def recorded_rate(config: WorkloadConfig, seed: int = 0) -> float:
+    """The mean rate (requests/s) of seed `seed`'s replay window as the trace recorded it."""
+    if not config.replays:
+        raise ValueError("only replayed traces (--arrival trace) have a recorded rate")
+    n = config.num_requests
+    return replay_window(config.traces, config.trace_start + seed * n, n, None).recorded_rate
 
 
 def generate_requests(
