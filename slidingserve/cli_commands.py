@@ -137,6 +137,7 @@ def experiment_from(args: argparse.Namespace, settings: cfg.Settings) -> Goodput
         trace_dir=workload.get("trace_dir"),
         traces=cfg.trace_sources(settings),
         trace_start=workload.get("trace_start", defaults.trace_start),
+        trace_spread=workload.get("trace_spread", defaults.trace_spread),
         tbt_reading=cfg.tbt_reading(settings),
         tiers=cfg.tier_mix(settings),
         criteria=tuple(table.get("criteria", defaults.criteria)),

@@ -103,6 +103,13 @@ def add_workload_flags(group: Any) -> None:
         help="the trace files' columns, where they are not named as Vidur's or Mooncake's",
     )
     group.add_argument(
+        "--trace-spread",
+        action="store_const",
+        const=True,
+        help="--arrival trace: space the requests that share a timestamp evenly up to the next "
+        "one (a trace recorded at a coarse resolution, e.g. Mooncake's 3 s steps)",
+    )
+    group.add_argument(
         "--trace-start",
         type=int,
         help="--arrival trace: seed 0's window starts at this row (seed k: k × --requests on)",
@@ -123,6 +130,7 @@ def workload_flags(args: argparse.Namespace) -> dict[str, Any]:
         "traces": args.trace,
         "trace_columns": args.trace_columns,
         "trace_start": args.trace_start,
+        "trace_spread": args.trace_spread,
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from pathlib import Path
 
 from slidingserve.policies import POLICIES
@@ -19,6 +20,8 @@ from slidingserve.sim.hardware.registry import gpu_profile, known_gpus
 from slidingserve.sim.hardware.store import save_profile, store_dir, stored_gpus
 from slidingserve.sim.hardware.vidur import read_vidur_dir
 from slidingserve.workloads import SLO_PRESETS, WORKLOADS
+
+_GPU_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a file name and a --hardware field
 
 
 def add_profile_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -100,15 +103,16 @@ def model_summary(model: ModelSpec, gpus: list[GPUProfile]) -> str:
         f"{model.hidden_size}, {model.num_heads} heads / {model.num_kv_heads} KV, MLP "
         f"{model.intermediate_size}, vocab {model.vocab_size}, context {model.max_model_len}"
     )
-    lines = [shape]
-    for gpu in gpus:
-        tps = ", ".join(map(str, available_tp(gpu, model))) or "none"
-        if measured_table(gpu, model) is not None:
-            how = "measured"
-        else:
-            how = f"scaled from {source_table(gpu, model).label}"
-        lines.append(f"    {gpu.name}: {how}; TP {tps}")
-    return "\n".join(lines)
+    return "\n".join([shape, *(f"    {gpu.name}: {operator_source(gpu, model)}" for gpu in gpus)])
+
+
+def operator_source(gpu: GPUProfile, model: ModelSpec) -> str:
+    """Whether `model`'s operators are measured on `gpu` or scaled (from which table), and the
+    TP degrees it runs at there."""
+    tps = ", ".join(map(str, available_tp(gpu, model))) or "none"
+    if measured_table(gpu, model) is not None:
+        return f"measured; TP {tps}"
+    return f"scaled from {source_table(gpu, model).label}; TP {tps}"
 
 
 def run_import_profile(args: argparse.Namespace) -> int:
@@ -121,24 +125,47 @@ def run_import_profile(args: argparse.Namespace) -> int:
         dataclasses.replace(profile, name=renames.get(profile.name, profile.name))
         for profile in profiles
     ]
-    clashes = [profile.name for profile in profiles if profile.name in list_gpus()]
-    if clashes and not args.check:
-        raise ValueError(
-            f"{', '.join(clashes)}: built-in GPU name(s); import under another name with "
-            f"--rename {clashes[0]}=my-{clashes[0]} (or use --profile-dir, which reads the "
-            "directory as it is and wins over built-in names)"
-        )
+    problem = _naming_problem([profile.name for profile in profiles])
+    if problem and not args.check:
+        raise ValueError(problem)
     for profile in profiles:
         print(gpu_summary(profile))
         for name in list_models():
-            print(model_summary(load_model(name), [profile]).splitlines()[1])
+            print(f"    {name}: {operator_source(profile, load_model(name))}")
     if args.check:
+        if problem:
+            print(f"\nto import: {problem}")
         print(f"\nchecked {len(profiles)} GPU profile(s); nothing saved (--check)")
         return 0
     for profile in profiles:
         replaced = " (replacing the earlier import)" if profile.name in stored_gpus() else ""
         print(f"saved {profile.name} → {save_profile(profile)}{replaced}")
     return 0
+
+
+def _naming_problem(names: list[str]) -> str:
+    """Why profiles under `names` cannot be saved (one line), or "" when they can.
+
+    A stored profile is the file `<name>.json` and is chosen with `--gpu NAME` or
+    `--hardware NAME:MODEL:TP`, so a name holds no path separator or colon.
+    """
+    clashes = [name for name in names if name in list_gpus()]
+    if clashes:
+        return (
+            f"{', '.join(clashes)}: built-in GPU name(s); import under another name with "
+            f"--rename {clashes[0]}=my-{clashes[0]} (or use --profile-dir, which reads the "
+            "directory as it is and wins over built-in names)"
+        )
+    malformed = [name for name in names if not _GPU_NAME.fullmatch(name)]
+    if malformed:
+        return (
+            f"{', '.join(map(repr, malformed))}: not usable as GPU name(s) (letters, digits, "
+            "'.', '_' and '-', starting with a letter or digit); give another with --rename"
+        )
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        return f"{', '.join(repeated)}: more than one GPU would be saved under this name"
+    return ""
 
 
 def _renames(texts: list[str]) -> dict[str, str]:

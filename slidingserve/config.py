@@ -6,7 +6,7 @@ Precedence: built-in defaults < the file given with --config < flags. The file's
     [engine]     max_num_batched_tokens, max_num_seqs, block_size
     [workload]   requests, arrival ("poisson" | "gamma" | "trace"), burstiness, slo
                  ("strict" | "relaxed"), slo_scale, trace_dir, tbt_reading ("cumulative" |
-                 "per-gap"), trace_start
+                 "per-gap"), trace_start, trace_spread
     [[workload.traces]]  path, class, weight, columns (a table: prompt, output, time,
                  time_unit); or `traces = ["a.csv:conversational:3", ...]`
     [workload.overload]  start, duration (seconds), factor
@@ -101,6 +101,7 @@ WORKLOAD_KEYS = (
     "traces",
     "trace_start",
     "trace_columns",
+    "trace_spread",
 )
 TRACE_KEYS = ("path", "class", "weight", "columns")
 COLUMN_KEYS = ("prompt", "output", "time", "time_unit")
@@ -229,6 +230,7 @@ def workload_config(settings: Settings, name: str, default_requests: int) -> Wor
         tiers=tier_mix(settings),
         traces=trace_sources(settings),
         trace_start=table.get("trace_start", 0),
+        trace_spread=table.get("trace_spread", False),
     )
 
 

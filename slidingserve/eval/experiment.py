@@ -67,6 +67,7 @@ class GoodputExperiment:
     trace_dir: str | None = None  # None: embedded length tables
     traces: tuple[TraceSource, ...] = ()  # --trace files: the workload "trace"
     trace_start: int = 0  # replayed traces: seed 0's window starts at this row
+    trace_spread: bool = False  # replayed traces: space requests sharing a timestamp
     tbt_reading: TbtReading = TbtReading.CUMULATIVE  # how TBT violations are counted
     tiers: TierMix | None = None  # SLO tiers of every workload
     criteria: tuple[str, ...] = (OVERALL,)  # what must stay ≤ threshold: see violation_for
@@ -117,6 +118,7 @@ class GoodputExperiment:
             tiers=self.tiers,
             traces=self.traces,
             trace_start=self.trace_start,
+            trace_spread=self.trace_spread,
         )
 
     def spec(

@@ -172,9 +172,10 @@ def workload_note(workload: WorkloadConfig, max_model_len: int, seed: int = 0) -
         )
         if workload.replays:
             start = workload.trace_start + seed * workload.num_requests
+            spread = ", shared timestamps spread" if workload.trace_spread else ""
             how = (
                 f"replayed: rows {start}–{start + workload.num_requests - 1} with their own "
-                f"arrival times (recorded {recorded_rate(workload, seed):.2f} req/s), "
+                f"arrival times{spread} (recorded {recorded_rate(workload, seed):.2f} req/s), "
                 "rescaled to each rate"
             )
         else:

@@ -9,6 +9,12 @@ contiguous window of `num_requests` rows taken from row `trace_start + seed × n
 time, the window's times scaled so that its mean rate is the requested one. The window does
 not depend on the rate: a goodput search over the rate keeps the trace's burst shape and
 sees the same requests at every rate (common random numbers).
+
+Some traces record time coarsely: Mooncake's timestamps step by 3 s, about ten requests on
+each. Replayed as they are, every step is a burst of simultaneous requests at any rate.
+`spread=True` reads such a timestamp as the recording's resolution: the k requests that share
+one are spaced evenly over the interval to the next distinct timestamp (the last group over
+the median interval), which keeps each interval's count and the mean rate.
 """
 
 from __future__ import annotations
@@ -88,11 +94,30 @@ class Replay(NamedTuple):
     recorded_rate: float  # the window's own mean rate, requests/s
 
 
+def spread_ties(times: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Sorted `times` with each group of equal values spaced evenly up to the next distinct
+    value (module docstring)."""
+    distinct, first, counts = np.unique(times, return_index=True, return_counts=True)
+    if len(distinct) == len(times):
+        return times
+    gaps = np.diff(distinct)
+    last_gap = float(np.median(gaps)) if len(gaps) else 0.0
+    widths = np.append(gaps, last_gap)
+    group = np.repeat(np.arange(len(distinct)), counts)
+    rank = np.arange(len(times)) - first[group]
+    spread: npt.NDArray[np.float64] = times + rank * (widths / counts)[group]
+    return spread
+
+
 def replay_window(
-    sources: tuple[TraceSource, ...], start: int, count: int, rate: float | None
+    sources: tuple[TraceSource, ...],
+    start: int,
+    count: int,
+    rate: float | None,
+    spread: bool = False,
 ) -> Replay:
     """Rows `start` .. `start + count − 1` of the sources merged in time order; times scaled
-    to mean `rate` (None: as recorded)."""
+    to mean `rate` (None: as recorded); `spread`: equal timestamps spaced (module docstring)."""
     traces = [load_trace(source.path, source.columns) for source in sources]
     for source, trace in zip(sources, traces, strict=True):
         if trace.arrivals is None:
@@ -100,11 +125,12 @@ def replay_window(
                 f"{source.path}: no arrival times (an `arrived_at` or `timestamp` column, "
                 "or time=COLUMN) to replay; use poisson or gamma arrivals to resample it"
             )
-    times = np.concatenate([trace.arrivals for trace in traces if trace.arrivals is not None])
+    raw = np.concatenate([trace.arrivals for trace in traces if trace.arrivals is not None])
     prompt = np.concatenate([trace.lengths.prompt for trace in traces])
     output = np.concatenate([trace.lengths.output for trace in traces])
     index = np.concatenate([np.full(len(t), k, dtype=np.intp) for k, t in enumerate(traces)])
-    order = np.argsort(times, kind="stable")
+    order = np.argsort(raw, kind="stable")  # merged in time; a tie keeps file order
+    times = spread_ties(raw[order]) if spread else raw[order]
     if start < 0 or count < 1:
         raise ValueError(f"a trace window needs start >= 0 and count >= 1, got {start}, {count}")
     if start + count > len(order):
@@ -114,7 +140,7 @@ def replay_window(
             f"trace has {len(order)} (fewer --requests, an earlier --trace-start, fewer seeds)"
         )
     rows = order[start : start + count]
-    window = times[rows] - times[rows[0]]
+    window = times[start : start + count] - times[start]
     duration = float(window[-1])
     if count > 1 and duration <= 0:
         raise ValueError(f"the {count} requests from row {start} all arrive at one instant")

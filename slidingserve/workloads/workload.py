@@ -122,6 +122,7 @@ class WorkloadConfig:
     tiers: TierMix | None = None  # SLO tiers; None: every request gets its class SLO
     traces: tuple[TraceSource, ...] = ()  # --trace files: the workload TRACE_WORKLOAD
     trace_start: int = 0  # replay: the first row of seed 0's window
+    trace_spread: bool = False  # replay: space requests that share a timestamp (replay.py)
 
     def __post_init__(self) -> None:
         require_int("num_requests", self.num_requests)
@@ -271,7 +272,8 @@ def _replayed_sample(
     """Seed `seed`'s window of the traces, replayed at mean `rate` (replay.py)."""
     require_int("seed", seed, minimum=0)
     n = config.num_requests
-    window = replay_window(config.traces, config.trace_start + seed * n, n, rate)
+    start = config.trace_start + seed * n
+    window = replay_window(config.traces, start, n, rate, config.trace_spread)
     prompt, output = trim_to_context(window.prompt, window.output, max_model_len)
     trimmed = int(np.count_nonzero((prompt < window.prompt) | (output < window.output)))
     return WorkloadSample(
@@ -284,7 +286,8 @@ def recorded_rate(config: WorkloadConfig, seed: int = 0) -> float:
     if not config.replays:
         raise ValueError("only replayed traces (--arrival trace) have a recorded rate")
     n = config.num_requests
-    return replay_window(config.traces, config.trace_start + seed * n, n, None).recorded_rate
+    start = config.trace_start + seed * n
+    return replay_window(config.traces, start, n, None, config.trace_spread).recorded_rate
 
 
 def generate_requests(
