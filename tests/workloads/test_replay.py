@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from slidingserve.workloads import (
     recorded_rate,
     sample_workload,
 )
+from slidingserve.workloads.replay import spread_ties
 from slidingserve.workloads.slo import CONVERSATIONAL, SUMMARIZATION
 
 # Arrivals 0, 1, 1, 3, 6, 10 s: rows 1–4 span 5 s, 3 gaps: recorded 0.6 req/s.
@@ -193,3 +195,33 @@ def test_goodput_sees_the_same_requests_at_every_rate(
     first = {seed: next(r for (rt, s), r in seen.items() if s == seed) for seed in (0, 1)}
     assert [r.prompt_len for r in first[0]] == [10, 20, 30]
     assert [r.prompt_len for r in first[1]] == [40, 50, 8191]
+
+
+def test_spread_ties_spaces_each_group_up_to_the_next_time() -> None:
+    times = np.array([0.0, 0.0, 0.0, 3.0, 3.0, 6.0, 9.0, 9.0])
+    spread = spread_ties(times)
+    # Three at 0 over [0, 3), two at 3 over [3, 6), one at 6, two at 9 over the median gap 3.
+    assert spread.tolist() == pytest.approx([0.0, 1.0, 2.0, 3.0, 4.5, 6.0, 9.0, 10.5])
+    distinct = np.array([0.0, 1.0, 5.0])
+    assert spread_ties(distinct) is distinct
+
+
+def test_spread_replay_keeps_the_count_and_the_mean_rate(tmp_path: Path) -> None:
+    path = tmp_path / "ticks.jsonl"
+    rows = [(0, 1), (0, 2), (3000, 3), (3000, 4), (6000, 5)]
+    path.write_text(
+        "".join(
+            f'{{"timestamp": {t}, "input_length": {p}, "output_length": 1}}\n' for t, p in rows
+        ),
+        encoding="utf-8",
+    )
+    config = WorkloadConfig(
+        TRACE_WORKLOAD, 5, REPLAY, traces=(TraceSource(str(path)),), trace_spread=True
+    )
+    sample = sample_workload(config, recorded_rate(config), 0, 8192)
+    assert sample.arrivals.tolist() == pytest.approx([0.0, 1.5, 3.0, 4.5, 6.0])
+    assert recorded_rate(config) == pytest.approx(4 / 6)
+    plain = dataclasses.replace(config, trace_spread=False)
+    assert sample_workload(plain, recorded_rate(plain), 0, 8192).arrivals.tolist() == (
+        pytest.approx([0.0, 0.0, 3.0, 3.0, 6.0])
+    )
