@@ -19,6 +19,7 @@ from slidingserve.cli_flags import positive_float as _positive_float
 from slidingserve.cli_goodput import GOODPUT_DESCRIPTION, HARDWARE_EACH, run_goodput
 from slidingserve.cli_profiles import add_profile_commands
 from slidingserve.cli_regimes import add_regimes_command
+from slidingserve.cli_traces import add_trace_stats_command
 from slidingserve.engines.vllm.runtime import VllmMissingError
 from slidingserve.eval.experiment import GoodputExperiment
 from slidingserve.eval.goodput import SearchSettings
@@ -117,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_command(commands)
     add_diagnose_command(commands)
     add_regimes_command(commands)
+    add_trace_stats_command(commands)
     return parser
 
 
