@@ -49,12 +49,13 @@ def main() -> None:
         scheduler = llm.llm_engine.engine_core.engine_core.scheduler
         prompts = [{"prompt_token_ids": [5 + (i % 900) for i in range(n)]} for n in lengths]
         llm.generate(prompts, SamplingParams(max_tokens=32, ignore_eos=True), use_tqdm=False)
-        adapter = np.array(scheduler.step_overhead) * 1000
+        adapter = np.array(scheduler.timer.step_overhead) * 1000
         own = statistics.median(scheduler.vllm_schedule_seconds) * 1000
-        step = statistics.median(s.seconds for s in scheduler.samples) * 1000
+        step = statistics.median(s.seconds for s in scheduler.timer.samples) * 1000
+        mismatches = scheduler.health.counts().plan_mismatches
         print(
             f"{name:<22} {np.median(adapter):>9.3f} / {np.percentile(adapter, 99):<7.3f}"
-            f" {own:>13.3f} {step:>8.2f} {len(adapter):>6} {scheduler.plan_mismatches:>8}"
+            f" {own:>13.3f} {step:>8.2f} {len(adapter):>6} {mismatches:>8}"
         )
         del llm
 

@@ -134,6 +134,12 @@ def run_serve(args: argparse.Namespace) -> int:
 
     settings: cfg.Settings = {section: {} for section in cfg.SECTIONS}
     cfg.parse_assignments(args.set, settings)
+    others = sorted(set(settings["policies"]) - {args.policy})
+    if others:
+        raise ValueError(
+            f"--set gives options of {', '.join(others)}, but the server runs {args.policy} "
+            "(--policy)"
+        )
     extra = [a for a in args.vllm_args if a != "--"]
     run_server(
         args.model,

@@ -1,6 +1,7 @@
 """Plain tables and result files: what every report of the project is written with.
 
 The lowest layer of reporting: no simulator, no load generator, only text and files.
+Result files are written whole or not at all (`atomic_write`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from slidingserve.core.files import atomic_write
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -28,18 +31,22 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Write `rows` as CSV, the keys of the first as the header; whole or not at all."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as stream:
+    with atomic_write(path) as stream:
         writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
 
 
 def write_json(path: Path, payload: Any) -> None:
-    """Write `payload` as strict JSON: NaN (an undefined percentile) becomes null."""
+    """Write `payload` as strict JSON: NaN (an undefined percentile) becomes null; whole or
+    not at all."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    plain = json.loads(json.dumps(payload, default=_jsonable))
-    path.write_text(json.dumps(_nan_to_none(plain), indent=2, allow_nan=False) + "\n")
+    plain = _nan_to_none(json.loads(json.dumps(payload, default=_jsonable)))
+    with atomic_write(path) as stream:
+        json.dump(plain, stream, indent=2, allow_nan=False)
+        stream.write("\n")
 
 
 def _nan_to_none(value: Any) -> Any:

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "slidingserve"
 
 BELOW: dict[str, set[str]] = {
     "core": set(),
-    "reporting": set(),
+    "reporting": {"core"},
     "metrics": {"core"},
     "predictor": {"core"},
     "workloads": {"core"},

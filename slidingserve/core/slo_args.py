@@ -1,7 +1,11 @@
 """A request's SLO as API arguments: `extra_args` (offline vLLM) or `vllm_xargs` (HTTP).
 
-Keys: `ttft_ms`, `tbt_ms` (positive numbers of milliseconds, at most an hour),
-`protected` (true/false or 1/0) and `tier` (a short name). Absent keys take the defaults.
+Keys: `ttft_ms`, `tbt_ms` (positive numbers of milliseconds, at most an hour, as numbers or
+numeric strings), `protected` (true/false or 1/0, as booleans, numbers or strings) and `tier`
+(a name of 1 to 64 printable characters, or null for none). Absent keys take the defaults;
+a present key holding anything else (null for a time, a boolean for a time, an object, an
+array, a number out of range, however large) raises `SLOArgumentError`, whose message is one
+line that starts with the key's name and shows at most `MAX_SHOWN` characters of the value.
 `parse_slo_args` reads them (the vLLM front-end validator, its HTTP middleware and the
 adapter all read requests through it); `to_slo_args` writes them (the load generator).
 No vLLM import, so the load generator uses it without the `vllm` extra.
@@ -13,10 +17,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from slidingserve.core.checks import is_number
+from slidingserve.core.checks import is_integer, is_number
 from slidingserve.core.request import MAX_SLO_SECONDS, SLO
 
 MAX_TIER_NAME = 64  # characters
+MAX_SHOWN = 40  # characters of a bad value quoted in an error message
+MAX_SHOWN_INT_BITS = 64  # a larger int is described by its size, never written out
 
 
 class SLOArgumentError(ValueError):
@@ -42,11 +48,11 @@ def parse_slo_args(extra_args: Mapping[str, object] | None, defaults: SLODefault
     Unrelated keys are left alone (other plug-ins may use extra_args too).
     """
     args = extra_args or {}
-    ttft = _milliseconds(args, "ttft_ms", defaults.ttft_ms)
-    tbt = _milliseconds(args, "tbt_ms", defaults.tbt_ms)
+    ttft = _seconds(args, "ttft_ms", defaults.ttft_ms)
+    tbt = _seconds(args, "tbt_ms", defaults.tbt_ms)
     protected = _flag(args.get("protected", defaults.protected))
     tier = _tier(args.get("tier", defaults.tier))
-    return SLO(ttft / 1000.0, tbt / 1000.0, protected, tier)
+    return SLO(ttft, tbt, protected, tier)
 
 
 def to_slo_args(slo: SLO) -> dict[str, str | int | float]:
@@ -62,22 +68,27 @@ def to_slo_args(slo: SLO) -> dict[str, str | int | float]:
     return args
 
 
-def _milliseconds(args: Mapping[str, object], key: str, default: float) -> float:
-    value = args.get(key, default)
-    if isinstance(value, str):
+def _seconds(args: Mapping[str, object], key: str, default: float) -> float:
+    """The milliseconds under `key` as seconds. Every comparison is made on the value as given
+    (a Python int compares exactly with a float at any size), so an int too large for a float
+    is refused as over an hour rather than overflowing."""
+    given = args.get(key, default)
+    value = given
+    if isinstance(given, str):
         try:
-            value = float(value)
-        except ValueError:
-            raise SLOArgumentError(
-                f"{key} must be a number of milliseconds, got {value!r}"
-            ) from None
+            value = float(given)
+        except ValueError:  # UnicodeEncodeError (lone surrogates) is one too
+            value = None
     if not is_number(value):
-        raise SLOArgumentError(f"{key} must be a number of milliseconds, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise SLOArgumentError(f"{key} must be positive and finite, got {value!r}")
+        raise SLOArgumentError(f"{key} must be a number of milliseconds, got {_shown(given)}")
+    if (not is_integer(value) and not math.isfinite(value)) or value <= 0:
+        raise SLOArgumentError(f"{key} must be positive and finite, got {_shown(given)}")
     if value > MAX_SLO_SECONDS * 1000:
-        raise SLOArgumentError(f"{key} of {value} ms is over an hour: not a latency target")
-    return float(value)
+        raise SLOArgumentError(f"{key} of {_shown(given)} ms is over an hour: not a latency target")
+    seconds = float(value) / 1000.0
+    if seconds == 0:  # a positive value that underflows, such as 5e-324
+        raise SLOArgumentError(f"{key} of {_shown(given)} ms is too small: not a latency target")
+    return seconds
 
 
 def _flag(value: object) -> bool:
@@ -87,15 +98,37 @@ def _flag(value: object) -> bool:
         return bool(value)
     if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
         return value.lower() in ("true", "1")
-    raise SLOArgumentError(f"protected must be true/false or 1/0, got {value!r}")
+    raise SLOArgumentError(f"protected must be true/false or 1/0, got {_shown(value)}")
 
 
 def _tier(value: object) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value or len(value) > MAX_TIER_NAME:
-        raise SLOArgumentError(f"tier must be a name of 1 to {MAX_TIER_NAME} characters")
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_TIER_NAME or not value.isprintable():
+        raise SLOArgumentError(
+            f"tier must be a name of 1 to {MAX_TIER_NAME} printable characters, got {_shown(value)}"
+        )
     return value
+
+
+def _shown(value: object) -> str:
+    """`value` as an error message quotes it: one line of at most `MAX_SHOWN` characters.
+    Containers are named, not written (their repr may be huge or nested too deep to write),
+    and ints past 64 bits are shown by their order of magnitude (Python refuses to write one
+    past 4300 digits)."""
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "an array"
+    if is_integer(value) and int(value).bit_length() > MAX_SHOWN_INT_BITS:
+        sign = "-" if value < 0 else ""
+        return f"about {sign}10^{int(int(value).bit_length() * math.log10(2))}"
+    if isinstance(value, str):
+        value = value[:MAX_SHOWN]  # repr escapes line breaks: the quote stays on one line
+    elif not (value is None or isinstance(value, bool) or is_number(value)):
+        return f"a {type(value).__name__}"
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
 
 
 DEFAULT_SLO = SLODefaults()

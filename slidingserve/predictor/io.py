@@ -20,6 +20,9 @@ The file is one JSON object (format version 3; versions 1 and 2, the same withou
 
 `batches` is what a policy that fits a model of its own (QoServe) is built from, so that it
 sees the very measurements the predictor saw.
+
+Files are written whole or not at all (`atomic_write`): a crash while saving leaves the
+previous file as it was.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from slidingserve.core.batch import BatchShape, TimedBatch
 from slidingserve.core.checks import is_integer, is_number
+from slidingserve.core.files import atomic_write
 from slidingserve.predictor.features import PAPER, Features, Scenario, feature_set
 from slidingserve.predictor.model import BatchLatencyPredictor, LinearModel, ModelChoice
 from slidingserve.predictor.report import AccuracyReport, ErrorStats
@@ -83,20 +87,29 @@ def save_predictor(
     """Write `predictor`, `metadata` and the timed `batches` it was fitted to (if given) to
     `path` as JSON, each batch on a line of its own."""
     text = _to_text(predictor_to_dict(predictor, metadata, batches))
-    Path(path).write_text(text + "\n", encoding="utf-8")
+    with atomic_write(path) as stream:
+        stream.write(text + "\n")
 
 
 def load_predictor(path: str | Path) -> LoadedPredictor:
-    """Read a file written by `save_predictor`; ValueError naming the problem if malformed."""
-    text = Path(path).read_text(encoding="utf-8")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    """Read a file written by `save_predictor`; ValueError naming the file and the problem if
+    it is malformed, truncated or not JSON."""
+    data = read_json(path)
     try:
         return predictor_from_dict(data)
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
+
+
+def read_json(path: str | Path) -> object:
+    """The JSON value in the file `path`; a one-line ValueError naming the file if it is not
+    JSON (truncated, corrupt, not text)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON, truncated or corrupt ({error})") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not a JSON text file ({error})") from None
 
 
 def _to_text(data: dict[str, object]) -> str:

@@ -1,9 +1,13 @@
 """Online learning: executed batches feed a bounded buffer, a background thread refits.
 
 The scheduling path only appends to the buffer (`record`) and reads `predictor`, a single
-reference that a refit replaces atomically; it never waits on a fit. A listener (`on_refit`)
-is handed the same sample snapshot at every refit, so that a policy keeping a model of its
-own learns from the same measurements, equally often.
+reference that a refit replaces atomically; it never waits on a fit. Garbage never reaches
+the buffer: a measurement whose time is not finite, not positive or absurd (above
+`max_step_seconds`), or whose batch is empty or its features not finite, is dropped and
+counted; one such sample would otherwise sit in the buffer and spoil every refit until it
+is evicted. A refit that raises leaves the last good predictor in place. A listener
+(`on_refit`) is handed the same sample snapshot at every refit, so that a policy keeping a
+model of its own learns from the same measurements, equally often.
 """
 
 from __future__ import annotations
@@ -41,12 +45,17 @@ class OnlineConfig:
     validation_fraction: float = 0.2
     min_samples_per_scenario: int = 30
     seed: int = 0  # refit k splits its samples with seed + k
+    # A step measured slower than this (seconds) is a stall or a broken clock, not a batch
+    # time: even a full prefill batch of a large model takes about a second.
+    max_step_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         if self.buffer_size < 1 or self.refit_every < 1 or self.min_samples < 1:
             raise ValueError("buffer_size, refit_every and min_samples must be ≥ 1")
         if not self.refit_interval > 0:
             raise ValueError(f"refit_interval must be positive, got {self.refit_interval}")
+        if not self.max_step_seconds > 0:
+            raise ValueError(f"max_step_seconds must be positive, got {self.max_step_seconds}")
 
 
 class OnlineLearner:
@@ -111,7 +120,8 @@ class OnlineLearner:
 
     @property
     def num_dropped(self) -> int:
-        """Measurements ignored because the time was not finite and positive."""
+        """Measurements dropped as garbage: a time not finite, not positive or above
+        `max_step_seconds`, an empty batch, or features not finite."""
         return self._dropped
 
     @property
@@ -122,13 +132,21 @@ class OnlineLearner:
     def record(self, batch: BatchShape | BatchFeatures, measured_seconds: float) -> None:
         """Add one executed batch and its measured time (seconds). O(1) for features.
 
-        A non-finite or non-positive time is dropped (counted in `num_dropped`).
+        Garbage is dropped (counted in `num_dropped`): a time that is not finite, not
+        positive or above `max_step_seconds`, an empty batch, or features that are not
+        finite.
         """
-        if not (math.isfinite(measured_seconds) and measured_seconds > 0):
+        if not 0 < measured_seconds <= self.config.max_step_seconds:  # False for NaN too
             self._dropped += 1
             return
         if isinstance(batch, BatchShape):
+            if not batch.num_tokens:  # nothing ran: no scenario, nothing to learn
+                self._dropped += 1
+                return
             batch = batch_features(batch)
+        if not all(map(math.isfinite, batch.x)):
+            self._dropped += 1
+            return
         sample = Sample(batch.scenario, batch.x, measured_seconds)
         with self._buffer_lock:
             self._buffer.append(sample)

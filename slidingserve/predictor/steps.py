@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slidingserve.core.checks import require_int
+from slidingserve.core.files import atomic_write
 from slidingserve.core.view import EngineLimits
-from slidingserve.predictor.io import batch_from_dict, batch_to_dict
+from slidingserve.predictor.io import batch_from_dict, batch_to_dict, read_json
 
 if TYPE_CHECKING:
     from slidingserve.core.batch import TimedBatch
@@ -55,20 +56,20 @@ class EngineSteps:
 
 
 def save_engine_steps(path: str | Path, steps: EngineSteps) -> None:
-    """Write `steps` as JSON."""
+    """Write `steps` as JSON, whole or not at all (`atomic_write`)."""
     data: dict[str, Any] = {"format": STEPS_FORMAT, "version": STEPS_VERSION}
     data["engine"] = steps.engine
     data.update({name: getattr(steps, name) for name in _FACTS})
     data["steps"] = [batch_to_dict(batch) for batch in steps.batches]
-    Path(path).write_text(json.dumps(data, allow_nan=False) + "\n", encoding="utf-8")
+    text = json.dumps(data, allow_nan=False)
+    with atomic_write(path) as stream:
+        stream.write(text + "\n")
 
 
 def load_engine_steps(path: str | Path) -> EngineSteps:
-    """Read a file written by `save_engine_steps`; ValueError naming the problem if bad."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    """Read a file written by `save_engine_steps`; ValueError naming the file and the problem
+    if it is malformed, truncated or not JSON."""
+    data = read_json(path)
     try:
         return _steps_from_dict(data)
     except (KeyError, TypeError, ValueError) as error:

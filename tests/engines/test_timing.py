@@ -8,6 +8,7 @@ import pytest
 
 from slidingserve.core.batch import BatchShape
 from slidingserve.core.plan import Plan
+from slidingserve.engines.vllm.periods import MAX_PERIODS
 from slidingserve.engines.vllm.timing import MAX_SAMPLES, StepTimer
 from slidingserve.policies.base import IterationRecord
 
@@ -34,20 +35,39 @@ class FakeTime:
 class Recorder:
     """Stands in for the learner (`record`) and the policy (`on_iteration_end`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, error: Exception | None = None) -> None:
         self.recorded: list[tuple[BatchShape, float]] = []
         self.records: list[IterationRecord] = []
+        self.error = error  # raised by on_iteration_end, after recording
 
     def record(self, shape: BatchShape, seconds: float) -> None:
         self.recorded.append((shape, seconds))
 
     def on_iteration_end(self, record: IterationRecord) -> None:
         self.records.append(record)
+        if self.error is not None:
+            raise self.error
 
 
-def make_timer(fed: Recorder, max_samples: int = MAX_SAMPLES) -> StepTimer:
+class Faults:
+    """Stands in for `AdapterHealth.policy_failed`."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[BaseException, str]] = []
+
+    def __call__(self, error: BaseException, where: str) -> None:
+        self.errors.append((error, where))
+
+
+def make_timer(
+    fed: Recorder,
+    max_samples: int = MAX_SAMPLES,
+    max_periods: int = MAX_PERIODS,
+    faults: Faults | None = None,
+) -> StepTimer:
     """A timer that feeds `fed` as its learner and as its policy."""
-    return StepTimer(cast("OnlineLearner", fed), cast("Policy", fed), max_samples)
+    learner, policy = cast("OnlineLearner", fed), cast("Policy", fed)
+    return StepTimer(learner, policy, max_samples, max_periods, faults)
 
 
 @pytest.fixture
@@ -108,8 +128,49 @@ def test_a_period_runs_from_one_step_start_to_the_next(clock: FakeTime) -> None:
 
 def test_the_kept_timings_are_bounded(clock: FakeTime) -> None:
     fed = Recorder()
-    timer = make_timer(fed, max_samples=3)
+    timer = make_timer(fed, max_samples=3, max_periods=2)
     for _ in range(5):
         step(timer, clock, PREFILL, Plan())
-    assert len(timer.samples) == len(timer.step_overhead) == len(timer.periods.periods) == 3
+    assert len(timer.samples) == len(timer.step_overhead) == 3
+    assert len(timer.vllm_schedule_seconds) == 3 and len(timer.periods.periods) == 2
     assert len(fed.recorded) == 5
+    assert timer.sizes() == {"timed_steps": 3, "step_periods": 2, "step_timings": 3}
+
+
+def test_the_default_bounds_hold_over_many_steps(clock: FakeTime) -> None:
+    fed = Recorder()
+    timer = make_timer(fed)
+    for _ in range(MAX_SAMPLES + 500):
+        step(timer, clock, PREFILL, Plan())
+    assert timer.sizes() == {
+        "timed_steps": MAX_SAMPLES,
+        "step_periods": MAX_SAMPLES + 499,  # under MAX_PERIODS: the last step is still open
+        "step_timings": MAX_SAMPLES,
+    }
+    assert MAX_PERIODS > MAX_SAMPLES + 500
+
+
+def test_without_a_steps_file_no_period_is_kept(clock: FakeTime) -> None:
+    timer = make_timer(Recorder(), max_periods=0)
+    for _ in range(100):
+        step(timer, clock, PREFILL, Plan())
+    assert len(timer.periods.periods) == 0 and not timer.periods.due
+    assert len(timer.samples) == 100
+
+
+def test_a_policy_error_at_the_step_s_end_is_handed_over_not_raised(clock: FakeTime) -> None:
+    fed, faults = Recorder(ValueError("bookkeeping")), Faults()
+    timer = make_timer(fed, faults=faults)
+    step(timer, clock, PREFILL, Plan())
+    step(timer, clock, PREFILL, Plan())
+    assert [(str(e), where) for e, where in faults.errors] == [
+        ("bookkeeping", "on_iteration_end"),
+        ("bookkeeping", "on_iteration_end"),
+    ]
+    assert len(fed.recorded) == len(fed.records) == len(timer.samples) == 2  # fed anyway
+
+
+def test_without_a_fault_handler_the_policy_s_error_propagates(clock: FakeTime) -> None:
+    timer = make_timer(Recorder(ValueError("bookkeeping")))
+    with pytest.raises(ValueError, match="bookkeeping"):
+        step(timer, clock, PREFILL, Plan())

@@ -12,7 +12,13 @@ the policy; every refit of the learner also refits the policy's own model, if it
 
 Departures from the policy are counted in `health` (`health.py`) and logged once a minute:
 an empty plan (vLLM's own scheduler then fills the step), a plan vLLM did not run as given
-(its KV ran short), a failed refit.
+(its KV ran short), a preemption, a failed refit, a dropped measurement. A policy that raises
+never stops the engine: that step runs as an empty plan would (vLLM's own scheduling), the
+error is counted (`policy_errors`, its first traceback logged) and the next step asks the
+policy again. The health line also gives the size of every structure the adapter keeps
+(`state_sizes`, exported as `slidingserve:<name>` gauges): those kept per request are freed
+when the request leaves the engine (finished, aborted, refused), those kept per step are
+bounded, so an idle engine holds no request's state.
 
 Configuration comes through vLLM's `additional_config["slidingserve"]`, read as
 `runtime.AdapterSettings`: `policy`, `policy_options`, `ttft_ms`, `tbt_ms` (the SLO of
@@ -25,14 +31,15 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, runtime_checkable
 
 import vllm
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request as EngineRequestType
 
+from slidingserve.core.plan import Plan
 from slidingserve.core.request import Phase
 from slidingserve.core.slo_args import SLOArgumentError, parse_slo_args
 from slidingserve.core.view import EngineLimits, SchedulerView
@@ -44,13 +51,11 @@ from slidingserve.engines.vllm.health import (
 )
 from slidingserve.engines.vllm.imposer import PlanImposer
 from slidingserve.engines.vllm.mirror import RequestMirror
+from slidingserve.engines.vllm.periods import MAX_PERIODS
 from slidingserve.engines.vllm.refusals import Refusals
 from slidingserve.engines.vllm.runtime import AdapterSettings
 from slidingserve.engines.vllm.timing import StepTimer
 from slidingserve.predictor import OnlineConfig, OnlineLearner, Sample
-
-if TYPE_CHECKING:
-    from slidingserve.core.plan import Plan
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +83,13 @@ class VllmKV:
         return len(self._scheduler.kv_cache_manager.get_block_ids(request.request_id)[0])
 
 
+@runtime_checkable
+class KeepsDecisions(Protocol):
+    """A policy that keeps a record per decision (SlidingServe's `decisions`, bounded)."""
+
+    decisions: Sized
+
+
 class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
     """vLLM's scheduler, steered by a SlidingServe policy."""
 
@@ -98,23 +110,49 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         )
         if self.settings.online_learning:
             self.learner.start()
+        self.mirror = RequestMirror()
+        self.kv_view = VllmKV(self)
+        self.imposer = PlanImposer(self, budget)
+        self.timer = StepTimer(
+            self.learner,
+            self.policy,
+            max_periods=MAX_PERIODS if self.settings.steps_out else 0,  # kept only to save
+            on_policy_error=self._policy_failed,
+        )
+        self.invalid_slo_requests = 0
+        self.last_plan: Plan | None = None  # the plan of the latest step
+        self.refusals = Refusals()  # requests the policy's admission control refused
         self.health = AdapterHealth(
             self.learner,
             float(self.settings.health_log_seconds),
             metrics=PrometheusCounts.if_exported(),
+            sizes=self.state_sizes,
         )
-        self.mirror = RequestMirror()
-        self.kv_view = VllmKV(self)
-        self.imposer = PlanImposer(self, budget)
-        self.timer = StepTimer(self.learner, self.policy)
-        self.invalid_slo_requests = 0
-        self.last_plan: Plan | None = None  # the plan of the latest step
-        self.refusals = Refusals()  # requests the policy's admission control refused
 
     def _refit_policy(self, samples: Sequence[Sample]) -> None:
         """The learner's listener: at each of its refits, in its thread, the policy's own
         model refits to the same samples (a no-op for policies without one)."""
         self.policy.refit(samples)
+
+    def _policy_failed(self, error: BaseException, where: str) -> None:
+        self.health.policy_failed(error, where)
+
+    def state_sizes(self) -> dict[str, int]:
+        """Entries in each structure the adapter keeps, by `health.STATE_HELP` name.
+
+        Those kept per request (`tracked_requests`, `imposer_caps`, `refusals_pending`) are
+        0 when the engine holds no request; the others are bounded (`timing.MAX_SAMPLES`,
+        `OnlineConfig.buffer_size`, the policy's own bound).
+        """
+        decisions = self.policy.decisions if isinstance(self.policy, KeepsDecisions) else ()
+        return {
+            "tracked_requests": len(self.mirror),
+            "imposer_caps": self.imposer.num_caps,
+            "refusals_pending": len(self.refusals),
+            **self.timer.sizes(),
+            "learner_samples": self.learner.num_samples,
+            "policy_decisions": len(decisions),
+        }
 
     # -- requests in and out -------------------------------------------------------------
 
@@ -133,24 +171,40 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
     def finish_requests(self, request_ids: str | Iterable[str] | None, finished_status: Any) -> Any:
         finished = super().finish_requests(request_ids, finished_status)
         self.mirror.forget_all_but(set(self.requests))
+        self.health.state_changed()
         return finished
 
     # -- the step --------------------------------------------------------------------------
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         now = self.timer.step_started()
-        plan = self.policy.schedule(self._view(now))
-        if plan.refused:
-            self.refusals.refuse(self, (r.request_id for r in plan.refused))
+        plan = self._plan(now)
         self.last_plan = plan
         self.imposer.impose(plan)
         self.timer.vllm_started()
         output = super().schedule(*args, **kwargs)
         self.timer.vllm_done()
         outcome = self.imposer.release(plan, output.num_scheduled_tokens)
-        self.health.step(fell_back=outcome.fell_back, mismatch=outcome.mismatch)
+        preempted = len(output.preempted_req_ids or ())
+        self.health.step(
+            fell_back=outcome.fell_back, mismatch=outcome.mismatch, preempted=preempted
+        )
         self.timer.step_scheduled(plan, self.mirror.batch(output.num_scheduled_tokens))
         return output
+
+    def _plan(self, now: float) -> Plan:
+        """The policy's plan for the step starting at `now` (wall clock, seconds), its
+        refused requests finished; an empty plan, vLLM's own scheduling, if it raised."""
+        try:
+            plan = self.policy.schedule(self._view(now))
+        except Exception as error:
+            # A policy bug must not kill the engine and every request in it: this step
+            # falls back to vLLM's scheduler, the error is counted and logged (health).
+            self.health.policy_failed(error, "schedule")
+            return Plan(path="policy-error")
+        if plan.refused:
+            self.refusals.refuse(self, (r.request_id for r in plan.refused))
+        return plan
 
     def _view(self, now: float) -> SchedulerView:
         waiting = itertools.chain(self.kv_holding_waiting, self.waiting)
@@ -173,11 +227,13 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         if not self.has_unfinished_requests():
             self.timer.engine_idle()
             self._save_periods()
+        self.health.state_changed()
         return result
 
     def shutdown(self) -> None:
         self.learner.stop(timeout=1.0)
         self.health.log_now()
+        self.health.close()
         self._save_periods()
         super().shutdown()
 

@@ -7,6 +7,9 @@ none, or no file was given, are they synthesized from the starting predictor, wi
 warning: such a policy then starts from a guess, while the shared predictor starts from
 the measurements. Both refit from the same measured steps once the engine runs
 (`OnlineLearner.on_refit`).
+
+`check_policy` builds the policy the same way before any engine starts, so that `serve`
+reports a bad option or predictor file at once instead of from a dying engine.
 """
 
 from __future__ import annotations
@@ -74,13 +77,46 @@ def build_policy(
     start: StartingPoint,
 ) -> Policy:
     """The policy `name` with `options`, predicting with the learner's current predictor and,
-    if it fits a model of its own, fitted to `policy_profile(start, ...)`."""
+    if it fits a model of its own, fitted to `policy_profile(start, ...)`. Logs one line
+    (INFO) naming them: each engine core that loaded the adapter says so."""
     policy_class = get_policy_class(name)
     profile: tuple[TimedBatch, ...] = ()
     if policy_class.needs_profile:
         profile = policy_profile(start, limits, name)
     context = PolicyContext(limits, LivePredictor(learner), profile)
-    return policy_class.from_options(context, options)
+    policy = policy_class.from_options(context, serving_options(policy_class, options))
+    logger.info(
+        "scheduling by %s, options %s, predictor from %s", name, dict(options), start.source
+    )
+    return policy
+
+
+def serving_options(policy_class: type[Policy], options: Mapping[str, Any]) -> dict[str, Any]:
+    """`options` for a served engine: a policy that records a decision per iteration (for
+    the simulator's diagnosis) does not while serving, unless asked to: a server runs for
+    days, and the records would fill their million-entry bound (about 360 MB)."""
+    served = dict(options)
+    config = getattr(policy_class, "config_type", None)
+    fields = getattr(config, "__dataclass_fields__", {})
+    if "record_decisions" in fields and "record_decisions" not in served:
+        served["record_decisions"] = False
+    return served
+
+
+def check_policy(
+    name: str, options: Mapping[str, Any], predictor: str | None, limits: EngineLimits
+) -> None:
+    """Build the policy `name` with `options` from the predictor file `predictor` as the
+    adapter will (`build_policy`), and drop it: raises what the engine would raise at start
+    (`ValueError`, `TypeError`: an unknown policy or option, a bad value, a predictor file
+    that cannot be read), before an engine is started. `limits` stand in for the engine's,
+    known only once it runs: no option is checked against them."""
+    start = starting_point(predictor)
+    policy_class = get_policy_class(name)
+    profile: tuple[TimedBatch, ...] = ()
+    if policy_class.needs_profile:
+        profile = starting_batches(start, limits)
+    policy_class.from_options(PolicyContext(limits, start.predictor, profile), options)
 
 
 def policy_profile(
@@ -98,7 +134,13 @@ def policy_profile(
         policy,
         start.source,
     )
-    return synthetic_profile(start.predictor, limits)
+    return starting_batches(start, limits)
+
+
+def starting_batches(start: StartingPoint, limits: EngineLimits) -> tuple[TimedBatch, ...]:
+    """The measured batches of the predictor file, else batches synthesized from the
+    starting predictor."""
+    return start.batches or synthetic_profile(start.predictor, limits)
 
 
 def synthetic_profile(

@@ -45,7 +45,10 @@ class PlanImposer:
         self._caps: dict[str, int] | None = None  # tokens per request while a plan is imposed
 
     def impose(self, plan: Plan) -> None:
-        """Planned requests first, in plan order; caps and budget from the plan."""
+        """Planned requests first, in plan order; caps and budget from the plan. Whatever a
+        step left behind (one whose `release` never came: vLLM's `schedule()` raised) is
+        lifted first."""
+        self.lift()
         if not plan.chunks:
             return
         rank = {chunk.request.request_id: i for i, chunk in enumerate(plan.chunks)}
@@ -69,11 +72,20 @@ class PlanImposer:
     def release(self, plan: Plan, scheduled: Mapping[str, int]) -> StepOutcome:
         """After vLLM scheduled `scheduled` (request id: tokens) for `plan`: lift the caps,
         restore vLLM's budget and compare the two."""
-        self._caps = None
-        self._queues.max_num_scheduled_tokens = self._max_tokens
+        self.lift()
         ran = dict(scheduled)
         wanted = {chunk.request.request_id: chunk.tokens for chunk in plan.chunks}
         return StepOutcome(
             fell_back=not plan.chunks and bool(ran),
             mismatch=bool(plan.chunks) and ran != wanted,
         )
+
+    def lift(self) -> None:
+        """No caps, and vLLM's own budget: the state between two steps."""
+        self._caps = None
+        self._queues.max_num_scheduled_tokens = self._max_tokens
+
+    @property
+    def num_caps(self) -> int:
+        """Requests capped now: those of the imposed plan, 0 between steps."""
+        return len(self._caps) if self._caps is not None else 0

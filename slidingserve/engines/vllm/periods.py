@@ -6,7 +6,8 @@ handles the model's output, takes in new requests and shares the CPU with the AP
 after which nothing was left to run ends in idle waiting, so it is not recorded). These
 periods are what a simulation of the live server must charge per iteration. The adapter
 saves them whenever the engine falls idle (vLLM's shutdown kills the engine before its
-scheduler is told), so a write never delays a step.
+scheduler is told), so a write never delays a step. A recorder keeps at most `max_steps`
+periods (the most recent); one with `max_steps=0` keeps none.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from slidingserve.core.view import EngineLimits
+
+MAX_PERIODS = 100_000
+"""Periods kept for a steps file, the most recent ones: about 80 MB with a dozen requests a
+batch (see `timing.MAX_SAMPLES`). The adapter keeps none unless a file is asked for
+(`steps_out`)."""
 
 
 class PeriodRecorder:

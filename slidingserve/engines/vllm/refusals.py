@@ -51,3 +51,7 @@ class Refusals:
             outputs.setdefault(client, EngineCoreOutputs()).outputs.append(refused)
         self._pending.clear()
         return outputs
+
+    def __len__(self) -> int:
+        """Refused requests whose clients are not told yet: 0 between steps."""
+        return len(self._pending)

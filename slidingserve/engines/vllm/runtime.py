@@ -13,8 +13,9 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from slidingserve.core import SLO
@@ -36,6 +37,14 @@ CONFIG_KEY = "slidingserve"
 SLO_DEFAULTS_ENV = "SLIDINGSERVE_SLO_DEFAULTS"
 """Environment variable with the server's default SLO as JSON (`{"ttft_ms": .., "tbt_ms": ..}`),
 read by the request validator in the API server process."""
+
+OMP_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+"""vLLM's CPU build: the cores of each parallel worker, one group per rank (`"0|1"`,
+`"0-2|3-5"`). Its default, `auto`, gives each rank a NUMA node of its own and stops the
+engine at start when there are fewer nodes than ranks (tensor parallel 2 on one node)."""
+
+NUMA_SYSFS = Path("/sys/devices/system/node")
+"""Where Linux lists the NUMA nodes (`node0/cpulist`, ...)."""
 
 CPU_ENGINE_LIMITS = EngineLimits(max_num_batched_tokens=256, max_num_seqs=64, block_size=32)
 """The engine's limits on a CPU: the block size always (CPU attention needs a multiple of 32;
@@ -138,6 +147,67 @@ def engine_environment(*, multiprocessing: bool = False) -> dict[str, str]:
     return env
 
 
+def is_cpu_build() -> bool:
+    """Whether the installed vLLM is built for CPUs (`vllm-cpu`, or a `+cpu` version), read
+    from the package metadata without importing vLLM."""
+    try:
+        importlib.metadata.version("vllm-cpu")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        version = _installed_vllm_version()
+        return version is not None and "+cpu" in version
+
+
+def thread_binding(ranks: int, cores: Collection[int]) -> str:
+    """A value of `OMP_BIND_ENV` that gives each of `ranks` workers an equal share of `cores`
+    (logical CPU ids), in order: `"0|1"` for two ranks on two cores.
+
+    Like vLLM's `auto`, it leaves up to one core per rank to the engine's other processes
+    (the API server, the engine core's scheduler): `"0-2|3-5"` for two ranks on eight cores.
+    Raises `ValueError` when there are fewer cores than ranks.
+    """
+    ordered = sorted(cores)
+    if ranks < 1 or len(ordered) < ranks:
+        raise ValueError(
+            f"{ranks} parallel vLLM workers need as many cores, this process may use "
+            f'{len(ordered)}; set {OMP_BIND_ENV} yourself to share cores (e.g. "0|0")'
+        )
+    share = (len(ordered) - min(ranks, len(ordered) - ranks)) // ranks
+    groups = [ordered[rank * share : (rank + 1) * share] for rank in range(ranks)]
+    return "|".join(_id_list(group) for group in groups)
+
+
+def numa_nodes(cores: Collection[int], sysfs: Path = NUMA_SYSFS) -> int:
+    """The NUMA nodes that hold at least one of `cores`; 1 where the system lists none."""
+    wanted = set(cores)
+    nodes = [
+        path
+        for path in sysfs.glob("node[0-9]*/cpulist")
+        if wanted & set(_parse_id_list(path.read_text()))
+    ]
+    return max(len(nodes), 1)
+
+
+def _id_list(ids: list[int]) -> str:
+    """Sorted ids as Linux writes them: runs as `a-b`, joined by commas (`"0-3,8"`)."""
+    runs: list[list[int]] = []
+    for cpu in ids:
+        if runs and cpu == runs[-1][-1] + 1:
+            runs[-1].append(cpu)
+        else:
+            runs.append([cpu])
+    return ",".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
+def _parse_id_list(text: str) -> list[int]:
+    """Inverse of `_id_list`."""
+    ids: list[int] = []
+    for part in filter(None, text.strip().split(",")):
+        first, _, last = part.partition("-")
+        ids += range(int(first), int(last or first) + 1)
+    return ids
+
+
 def prepare_offline_process() -> None:
     """Set up this process to run `LLM(...)` in it: the environment of `engine_environment()`
     and one torch thread. Call before the first `LLM(...)`."""
@@ -188,7 +258,10 @@ def adapter_config(
     folder for `steps_out` (the engine's step periods, written at shutdown), a positive
     interval between two health lines in the log (seconds)."""
     check_policy_name(policy)
-    SLO(ttft=ttft_ms / 1000, tbt=tbt_ms / 1000)  # raises ValueError for a bad default
+    try:
+        SLO(ttft=ttft_ms / 1000, tbt=tbt_ms / 1000)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"default SLO ttft_ms={ttft_ms}, tbt_ms={tbt_ms}: {error}") from None
     if not health_log_seconds > 0:
         raise ValueError(f"health_log_seconds must be positive, got {health_log_seconds}")
     predictor_path = None

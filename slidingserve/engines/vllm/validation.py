@@ -14,6 +14,23 @@ A request carries its SLO in `SamplingParams.extra_args` (offline) or in the req
   before the endpoint runs, so a streamed request gets a 400 too rather than a 200 whose
   stream carries the error.
 
+What the middleware answers, for a POST to `/v1/completions` or `/v1/chat/completions` (one
+`json.loads` of the body, then a few look-ups; every 400 has vLLM's `ErrorResponse` body, a
+one-line message and `param` naming the field at fault):
+
+- a body that is not JSON, a JSON value other than an object, or JSON nested deeper than
+  Python's parser goes (`RecursionError`): passed on; the endpoint reports it (FastAPI answers
+  a body it cannot parse with a 400 of its own);
+- `vllm_xargs` present, not null and not an object (an array, a string, a number, a boolean):
+  400 "vllm_xargs must be an object";
+- a non-null top-level `seed` on a host where vLLM runs on the CPU: 400. vLLM 0.32's CPU build
+  dies on a seeded request whose sampled token is discarded (a chunked prefill): the model
+  runner rewinds the request's torch generator with `set_offset`, which a CPU generator
+  refuses, and the `RuntimeError` kills the engine core. The engine-level `--seed` is safe;
+- `vllm_xargs` holding a bad SLO (anything `parse_slo_args` refuses, however large or deep): 400
+  with its message, which names the key;
+- anything else: passed on unchanged.
+
 The defaults fill in what a request leaves out; they come from `SLO_DEFAULTS_ENV`, set by the
 launcher, and only matter here as far as a request's SLO is checked with them.
 """
@@ -24,7 +41,7 @@ import functools
 import json
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from vllm.exceptions import VLLMValidationError
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
@@ -46,6 +63,17 @@ if TYPE_CHECKING:
 
 COMPLETION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
 """The OpenAI endpoints whose body may carry `vllm_xargs`."""
+
+SEED_ON_CPU = (
+    "per-request seed is not supported by vLLM's CPU build (it crashes the engine); omit `seed`"
+)
+
+
+class BadRequest(NamedTuple):
+    """Why the middleware refuses a request."""
+
+    message: str  # one line, for the client
+    param: str  # the body field at fault
 
 
 def check_slo_args(extra_args: Mapping[str, object] | None) -> None:
@@ -90,38 +118,67 @@ class SLOValidator(LogitsProcessor):  # type: ignore[misc]  # Any without the ex
         return logits
 
 
+@functools.cache
+def seed_crashes_engine() -> bool:
+    """Whether a per-request `seed` can kill this host's engine: true where vLLM runs on the
+    CPU (see the module docstring). Asked once per process."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
 async def slo_middleware(
     request: Request, call_next: Callable[[Request], Awaitable[Response]]
 ) -> Response:
-    """ASGI HTTP middleware: a completion request whose `vllm_xargs` hold a bad SLO gets a 400
-    with an OpenAI-style error body; every other request goes through unchanged (a body that
-    is not JSON is left to the endpoint, which reports it)."""
+    """ASGI HTTP middleware: a completion request with a bad SLO in its `vllm_xargs` (or a
+    `seed` the engine cannot take) gets a 400 with an OpenAI-style error body; every other
+    request goes through unchanged. The module docstring lists every case."""
     if request.method == "POST" and request.url.path in COMPLETION_PATHS:
-        message = _slo_error(await request.body())
-        if message is not None:
-            return _bad_request(message)
+        refusal = _refusal(await request.body())
+        if refusal is not None:
+            return _bad_request(refusal)
     return await call_next(request)
 
 
-def _slo_error(body: bytes) -> str | None:
-    """The error message for the SLO in a request body, or None when there is nothing to say."""
+def _refusal(body: bytes) -> BadRequest | None:
+    """Why a completion request with this body is refused, or None to let it through."""
     try:
         payload: Any = json.loads(body or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or too deep to parse: the endpoint says so
         return None
-    xargs = payload.get("vllm_xargs") if isinstance(payload, dict) else None
-    if not isinstance(xargs, dict):
+    if not isinstance(payload, dict):
+        return None
+    xargs = payload.get("vllm_xargs")
+    if xargs is not None and not isinstance(xargs, dict):
+        return BadRequest(f"vllm_xargs must be an object, got {_json_kind(xargs)}", "vllm_xargs")
+    if payload.get("seed") is not None and seed_crashes_engine():
+        return BadRequest(SEED_ON_CPU, "seed")
+    if xargs is None:
         return None
     try:
         check_slo_args(xargs)
     except SLOArgumentError as error:
-        return str(error)
+        return BadRequest(str(error), "vllm_xargs")
     return None
 
 
-def _bad_request(message: str) -> Response:
+def _json_kind(value: object) -> str:
+    """What a JSON value other than an object or null is, for an error message."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a string" if isinstance(value, str) else "an array"
+
+
+def _bad_request(refusal: BadRequest) -> Response:
     """A 400 with the error body vLLM's OpenAI server uses (`ErrorResponse`)."""
     from starlette.responses import JSONResponse
 
-    error = {"message": message, "type": "BadRequestError", "param": "vllm_xargs", "code": 400}
+    error = {
+        "message": refusal.message,
+        "type": "BadRequestError",
+        "param": refusal.param,
+        "code": 400,
+    }
     return JSONResponse(status_code=400, content={"error": error})

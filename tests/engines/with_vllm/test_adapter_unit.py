@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import random
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -10,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from prometheus_client import CollectorRegistry
 
 vllm = pytest.importorskip("vllm")
 
@@ -34,7 +37,13 @@ from slidingserve.core.plan import Plan, ScheduledChunk  # noqa: E402
 from slidingserve.core.view import SchedulerView  # noqa: E402
 from slidingserve.engines.vllm.adapter import SlidingServeScheduler  # noqa: E402
 from slidingserve.engines.vllm.context import STARTING_GUESS  # noqa: E402
+from slidingserve.engines.vllm.health import (  # noqa: E402
+    STATE_HELP,
+    AdapterHealth,
+    PrometheusCounts,
+)
 from slidingserve.engines.vllm.refusals import REFUSED_REASON  # noqa: E402
+from slidingserve.engines.vllm.timing import MAX_SAMPLES  # noqa: E402
 from slidingserve.policies.qoserve import QoServePolicy  # noqa: E402
 from slidingserve.predictor import (  # noqa: E402
     BatchLatencyPredictor,
@@ -46,6 +55,7 @@ from slidingserve.predictor import (  # noqa: E402
 from slidingserve.predictor.calibration import fit_batches  # noqa: E402
 
 BLOCK = 16
+HEALTH_LOGGER = "slidingserve.engines.vllm.health"
 EOS = 2
 CONFIG_ONLY = {
     "architectures": ["LlamaForCausalLM"],
@@ -71,9 +81,11 @@ def make_scheduler(
     policy: str,
     options: dict[str, Any] | None = None,
     budget: int = 128,
+    blocks: int = 1000,
     **extra: Any,
 ) -> SlidingServeScheduler:
-    """A scheduler without a model; `extra` are more adapter settings (e.g. `predictor`)."""
+    """A scheduler without a model and `blocks` KV blocks of `BLOCK` tokens; `extra` are
+    more adapter settings (e.g. `predictor`)."""
     (tmp_path / "config.json").write_text(json.dumps(CONFIG_ONLY))
     model = ModelConfig(
         model=str(tmp_path), skip_tokenizer_init=True, dtype="float32", max_model_len=1024
@@ -100,7 +112,7 @@ def make_scheduler(
         additional_config={"slidingserve": settings},
     )
     kv = KVCacheConfig(
-        num_blocks=1000,
+        num_blocks=blocks,
         kv_cache_tensors=[],
         kv_cache_groups=[
             KVCacheGroupSpec(
@@ -111,7 +123,7 @@ def make_scheduler(
             )
         ],
     )
-    cache.num_gpu_blocks = 1000
+    cache.num_gpu_blocks = blocks
     return SlidingServeScheduler(
         vllm_config=config,
         kv_cache_config=kv,
@@ -414,3 +426,154 @@ def test_without_admission_control_nothing_is_refused(tmp_path: Path) -> None:
     output = run_step(scheduler)
     assert dict(output.num_scheduled_tokens) == {"late": 40}
     assert scheduler.refusals.count == 0
+
+
+# -- faults: a policy that raises, KV that runs short, garbage step times ------------------
+
+
+def raising(message: str) -> Any:
+    def schedule(view: SchedulerView) -> Plan:
+        raise RuntimeError(message)
+
+    return schedule
+
+
+def error_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == HEALTH_LOGGER and r.levelno >= logging.ERROR]
+
+
+def test_a_policy_that_raises_falls_back_to_vllm_for_that_step_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler = make_scheduler(tmp_path, "sarathi", {"chunk_size": 16})
+    scheduler.add_request(engine_request("a", 100, max_tokens=3))
+    scheduler.add_request(engine_request("b", 100, max_tokens=3))
+    plan_of_the_policy = scheduler.policy.schedule
+    calls: list[float] = []
+
+    def flaky(view: SchedulerView) -> Plan:
+        calls.append(view.now)
+        if len(calls) == 1:
+            raise RuntimeError("policy bug")
+        return plan_of_the_policy(view)
+
+    monkeypatch.setattr(scheduler.policy, "schedule", flaky)
+    with caplog.at_level(logging.INFO, logger=HEALTH_LOGGER):
+        first = run_step(scheduler)
+        assert scheduler.last_plan is not None and scheduler.last_plan.path == "policy-error"
+        second = run_step(scheduler)
+    assert dict(first.num_scheduled_tokens) == {"a": 100, "b": 28}  # vLLM's own, budget 128
+    assert second.total_num_scheduled_tokens == 16  # the policy's chunk again
+    assert dict(second.num_scheduled_tokens) == {
+        c.request.request_id: c.tokens for c in scheduler.last_plan.chunks
+    }
+    assert len(calls) == 2
+    counts = scheduler.health.counts
+    assert (counts.steps, counts.empty_plans, counts.policy_errors) == (2, 1, 1)
+    (logged,) = error_records(caplog)
+    assert logged.exc_info is not None and "raised in schedule" in logged.getMessage()
+    assert scheduler.imposer.num_caps == 0
+
+
+def test_a_policy_failing_every_step_never_stops_the_engine_and_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler = make_scheduler(tmp_path, "slidingserve")
+    monkeypatch.setattr(scheduler.policy, "schedule", raising("always"))
+    for k in range(4):
+        scheduler.add_request(engine_request(f"r{k}", 30 + 20 * k, max_tokens=4))
+    with caplog.at_level(logging.INFO, logger=HEALTH_LOGGER):
+        ran = list(steps(scheduler))
+        scheduler.health.log_now()
+    assert not scheduler.has_requests() and len(scheduler.mirror) == 0  # all served by vLLM
+    assert scheduler.health.counts.policy_errors == len(ran) == scheduler.health.counts.steps
+    first, line = error_records(caplog)  # one traceback, then the health line, an ERROR
+    assert first.exc_info is not None
+    assert f"the policy raised {len(ran)} times since the last line" in line.getMessage()
+    assert f"{len(ran)} policy errors" in line.getMessage()
+
+
+def test_a_policy_raising_at_the_step_s_end_is_counted_and_the_step_still_timed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scheduler = make_scheduler(tmp_path, "qoserve")
+
+    def broken(record: Any) -> None:
+        raise ValueError("bookkeeping")
+
+    monkeypatch.setattr(scheduler.policy, "on_iteration_end", broken)
+    scheduler.add_request(engine_request("a", 50, max_tokens=3))
+    outputs = list(steps(scheduler))
+    busy = [o for o in outputs if o.total_num_scheduled_tokens > 0]
+    assert scheduler.health.counts.policy_errors == len(busy) == len(scheduler.timer.samples)
+    assert scheduler.learner.num_samples == len(busy)  # the learner was fed all the same
+
+
+def test_preemptions_are_counted_when_kv_runs_short(tmp_path: Path) -> None:
+    scheduler = make_scheduler(tmp_path, "vllm", blocks=12)  # 11 usable blocks: 176 tokens
+    for k in range(4):  # 4 prompts of 3 blocks fit; growing past 48 tokens each does not
+        scheduler.add_request(engine_request(f"r{k}", 40, max_tokens=30))
+    preempted = sum(len(o.preempted_req_ids or ()) for o in steps(scheduler, limit=500))
+    counts = scheduler.health.counts
+    assert counts.preemptions == preempted > 0
+    assert not scheduler.has_requests() and len(scheduler.mirror) == 0
+    assert f"{preempted} preemptions" in counts.line()
+
+
+def test_garbage_step_times_are_dropped_and_shown(tmp_path: Path) -> None:
+    scheduler = make_scheduler(tmp_path, "sarathi")
+    for seconds in (float("nan"), -1.0, 0.0, 1e6):
+        scheduler.learner.record(BatchShape((5,), ()), seconds)
+    scheduler.learner.record(BatchShape((), ()), 0.01)  # an empty batch
+    assert scheduler.health.counts.dropped_samples == 5
+    assert "5 dropped samples" in scheduler.health.counts.line()
+    assert scheduler.learner.num_samples == 0
+
+
+PER_REQUEST = ("tracked_requests", "imposer_caps", "refusals_pending")
+
+
+def test_an_abort_storm_leaves_no_request_state_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scheduler = make_scheduler(tmp_path, "slidingserve", {"admission": True}, blocks=40)
+    registry = CollectorRegistry()
+    scheduler.health = AdapterHealth(
+        scheduler.learner, 60.0, metrics=PrometheusCounts(registry), sizes=scheduler.state_sizes
+    )
+    plan_of_the_policy, calls = scheduler.policy.schedule, [0]
+
+    def sometimes_broken(view: SchedulerView) -> Plan:
+        calls[0] += 1
+        if calls[0] % 7 == 0:
+            raise RuntimeError("now and then")
+        return plan_of_the_policy(view)
+
+    monkeypatch.setattr(scheduler.policy, "schedule", sometimes_broken)
+    rng, now, aborted, tracked = random.Random(0), time.time(), 0, []
+    for wave in range(250):  # 2000 requests
+        for k in range(8):  # the last of each wave is hopeless: refused at once
+            arrival = now - 3600 if k == 7 else now
+            prompt, output = rng.randint(5, 120), rng.randint(1, 10)
+            request = engine_request(f"{wave}-{k}", prompt, output, arrival, ttft_ms=60_000)
+            scheduler.add_request(request)
+        run_step(scheduler)
+        tracked.append(registry.get_sample_value("slidingserve:tracked_requests") or 0.0)
+        victims = rng.sample(sorted(scheduler.requests), k=min(3, len(scheduler.requests)))
+        aborted += len(scheduler.finish_requests(victims, RequestStatus.FINISHED_ABORTED))
+        for _ in steps(scheduler, limit=2):
+            pass
+    for _ in steps(scheduler, limit=1000):
+        pass
+    assert not scheduler.has_requests()
+    counts = scheduler.health.counts
+    assert aborted > 500 and scheduler.refusals.count > 200 and counts.policy_errors > 50
+    assert max(tracked) > 5  # requests were tracked while in the engine...
+    sizes = scheduler.state_sizes()
+    assert set(sizes) == set(STATE_HELP)
+    assert {name: sizes[name] for name in PER_REQUEST} == dict.fromkeys(PER_REQUEST, 0)
+    gauges = {name: registry.get_sample_value(f"slidingserve:{name}") for name in PER_REQUEST}
+    assert gauges == dict.fromkeys(PER_REQUEST, 0.0)  # ...and none is, once it is idle
+    assert 0 < sizes["timed_steps"] == sizes["learner_samples"] <= MAX_SAMPLES
+    assert sizes["step_timings"] == counts.steps and sizes["step_periods"] == 0  # no file
+    assert sizes["policy_decisions"] == counts.steps - counts.policy_errors
