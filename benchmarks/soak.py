@@ -55,7 +55,7 @@ from slidingserve.engines.vllm.server import (
     server_environment,
 )
 from slidingserve.engines.vllm.tiny_model import make_tiny_llama
-from slidingserve.live.servers import serving
+from slidingserve.live.servers import scrape_metrics, serving
 from slidingserve.policies import POLICIES
 
 MODEL_NAME = "soak"  # the served model's name when this script starts the server
@@ -178,16 +178,6 @@ def server_processes(port: int | None) -> dict[str, int]:
 # -- the server's metrics ---------------------------------------------------------------------
 
 
-def scrape(base: str) -> dict[str, float]:
-    """Every sample on `/metrics`, summed over its labels, by name."""
-    with urllib.request.urlopen(base + "/metrics", timeout=10) as response:
-        text = response.read().decode()
-    values: dict[str, float] = {}
-    for name, value in re.findall(r"^([a-zA-Z_:][\w:]*)(?:\{[^}]*\})? (\S+)$", text, re.M):
-        values[name] = values.get(name, 0.0) + float(value)
-    return values
-
-
 def adapter_gauges(metrics: dict[str, float]) -> dict[str, float]:
     """The `slidingserve:*` gauges (the counters end in _total or _created), by short name."""
     return {
@@ -202,7 +192,7 @@ def idle_metrics(base: str) -> tuple[dict[str, float], bool]:
     whether that happened."""
     deadline = time.monotonic() + IDLE_TIMEOUT
     while True:
-        metrics = scrape(base)
+        metrics = scrape_metrics(base)
         if not any(metrics.get(name) for name in BUSY):
             return metrics, True
         if time.monotonic() > deadline:

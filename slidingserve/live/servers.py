@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -121,6 +122,20 @@ def serving(
         yield base
     finally:
         _stop(process)
+
+
+def scrape_metrics(base: str, timeout: float = 10.0) -> dict[str, float]:
+    """Every sample on the server's `/metrics`, summed over its labels, by name."""
+    with urllib.request.urlopen(base + "/metrics", timeout=timeout) as response:
+        text = response.read().decode()
+    values: dict[str, float] = {}
+    for name, value in _SAMPLE.findall(text):
+        values[name] = values.get(name, 0.0) + float(value)
+    return values
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{[^}]*\})? (\S+)$", re.M)
+"""One Prometheus text-format sample line: its name (labels dropped) and value."""
 
 
 def _wait_until_healthy(base: str, process: subprocess.Popen[bytes], log: Path) -> None:

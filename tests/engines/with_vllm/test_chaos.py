@@ -31,7 +31,7 @@ vllm = pytest.importorskip("vllm", minversion="0.32")
 
 from slidingserve.bench.client import StreamError, StreamProgress, stream_completion  # noqa: E402
 from slidingserve.engines.vllm.server import server_command, server_environment  # noqa: E402
-from slidingserve.live.servers import serving  # noqa: E402
+from slidingserve.live.servers import scrape_metrics, serving  # noqa: E402
 
 KV_BLOCKS = 32  # blocks of 32 tokens (CPU_ENGINE_LIMITS): two long prompts' worth
 ENGINE_ARGS = [
@@ -125,16 +125,6 @@ def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield Served(base, folder / "server.log")
 
 
-def scrape(base: str) -> dict[str, float]:
-    """Every sample on `/metrics`, summed over its labels, by name."""
-    with urllib.request.urlopen(base + "/metrics", timeout=10) as response:
-        text = response.read().decode()
-    values: dict[str, float] = {}
-    for name, value in re.findall(r"^([a-zA-Z_:][\w:]*)(?:\{[^}]*\})? (\S+)$", text, re.M):
-        values[name] = values.get(name, 0.0) + float(value)
-    return values
-
-
 def wait_until_idle(base: str) -> dict[str, float]:
     """`/metrics` once vLLM runs and queues nothing, then once the adapter tracks no request
     (when it exports that count); fails `IDLE_TIMEOUT` seconds after the call."""
@@ -150,7 +140,7 @@ def wait_until_zero(base: str, names: tuple[str, ...], deadline: float) -> dict[
     """`/metrics` once every one of `names` is on it and 0; fails at `deadline` (monotonic
     seconds)."""
     while True:
-        metrics = scrape(base)
+        metrics = scrape_metrics(base)
         left = {name: metrics.get(name) for name in names if metrics.get(name) != 0}
         if not left:
             return metrics
@@ -283,7 +273,7 @@ def test_clients_hanging_up_mid_stream(server: Served) -> None:
         whole = [answered(http, server.base, completion(token_ids(rng, 8), 32)) for _ in range(8)]
         return list(await asyncio.gather(*cut, *whole))
 
-    before = scrape(server.base)
+    before = scrape_metrics(server.base)
     report = run_phase("hang-ups", server.base, phase)
     assert_answered(report.outcomes, tokens_only=True)
     assert report.outcomes[CUT] == 32, report.outcomes
@@ -304,7 +294,7 @@ def test_abort_storm(server: Served) -> None:
         whole = [answered(http, server.base, completion(token_ids(rng, 8), 32)) for _ in range(16)]
         return list(await asyncio.gather(*storm, *whole))
 
-    before = scrape(server.base)
+    before = scrape_metrics(server.base)
     report = run_phase("abort storm", server.base, phase)
     assert_answered(report.outcomes, tokens_only=True)
     assert report.outcomes[CUT] == 128, report.outcomes
@@ -421,7 +411,7 @@ def test_kv_starved_long_prompts(server: Served) -> None:
         short = [completion(token_ids(rng, 8), 40, protected) for _ in range(4)]
         return list(await asyncio.gather(*(answered(http, server.base, r) for r in long + short)))
 
-    before = scrape(server.base)
+    before = scrape_metrics(server.base)
     report = run_phase("KV-starved", server.base, phase)
     assert_answered(report.outcomes, tokens_only=True)
     preemptions = report.metrics[PREEMPTIONS] - before[PREEMPTIONS]
