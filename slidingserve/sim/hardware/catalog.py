@@ -16,8 +16,6 @@ from typing import Any
 from slidingserve.sim.hardware.hf_config import is_config_path, model_from_hf_config
 from slidingserve.sim.hardware.models import ModelSpec
 
-_GIB = 1024**3
-
 
 @dataclass(frozen=True, slots=True)
 class AttentionFit:
@@ -109,14 +107,6 @@ class GPUSpec:
     @property
     def memory_gib(self) -> float:
         return self.device.memory_gib
-
-    @property
-    def memory_bytes(self) -> float:
-        return self.device.memory_gib * _GIB
-
-    @property
-    def activation_reserve_bytes(self) -> float:
-        return self.activation_reserve_gib * _GIB
 
 
 def _catalog() -> dict[str, Any]:
