@@ -79,7 +79,6 @@ def run_list(args: argparse.Namespace) -> int:
 def gpu_summary(gpu: GPUProfile) -> str:
     """Several lines: the GPU, then where its operators, attention and all-reduce come from."""
     device = gpu.device
-    where = "built in" if gpu.name in list_gpus() and gpu.origin == "built in" else gpu.origin
     tables = "; ".join(
         f"{table.label} (TP {', '.join(map(str, sorted(table.per_tp)))})" for table in gpu.tables
     )
@@ -88,7 +87,7 @@ def gpu_summary(gpu: GPUProfile) -> str:
     return "\n".join(
         [
             f"  {gpu.name}: {device.description}, {device.memory_gib:g} GiB, "
-            f"{device.peak_tflops:g} TFLOP/s, {device.memory_bandwidth_gbs:g} GB/s ({where})",
+            f"{device.peak_tflops:g} TFLOP/s, {device.memory_bandwidth_gbs:g} GB/s ({gpu.origin})",
             f"    operators: measured for {tables}",
             f"    attention: {gpu.attention_source}",
             f"    all-reduce ({reduce_for}): {gpu.all_reduce.source}",

@@ -238,6 +238,15 @@ def trim_to_context(
     return trimmed_prompt, np.minimum(output, max_model_len - trimmed_prompt)
 
 
+def _trimmed(
+    prompt: npt.NDArray[np.int64], output: npt.NDArray[np.int64], max_model_len: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], int]:
+    """`trim_to_context`, and how many requests it cut."""
+    short_prompt, short_output = trim_to_context(prompt, output, max_model_len)
+    cut = int(np.count_nonzero((short_prompt < prompt) | (short_output < output)))
+    return short_prompt, short_output, cut
+
+
 def sample_workload(
     config: WorkloadConfig,
     rate: float,
@@ -258,8 +267,7 @@ def sample_workload(
         rows = np.flatnonzero(source_index == k)
         drawn = distributions[source.source].sample(len(rows), streams.lengths[k])
         prompt[rows], output[rows] = drawn.prompt, drawn.output
-    trimmed_prompt, trimmed_output = trim_to_context(prompt, output, max_model_len)
-    trimmed = int(np.count_nonzero((trimmed_prompt < prompt) | (trimmed_output < output)))
+    trimmed_prompt, trimmed_output, trimmed = _trimmed(prompt, output, max_model_len)
     arrivals = arrival_times(n, rate, config.arrival, streams.arrivals)
     return WorkloadSample(
         arrivals, trimmed_prompt, trimmed_output, source_index.astype(np.intp), spec, trimmed
@@ -274,8 +282,7 @@ def _replayed_sample(
     n = config.num_requests
     start = config.trace_start + seed * n
     window = replay_window(config.traces, start, n, rate, config.trace_spread)
-    prompt, output = trim_to_context(window.prompt, window.output, max_model_len)
-    trimmed = int(np.count_nonzero((prompt < window.prompt) | (output < window.output)))
+    prompt, output, trimmed = _trimmed(window.prompt, window.output, max_model_len)
     return WorkloadSample(
         window.arrivals, prompt, output, window.source_index, config.spec, trimmed
     )

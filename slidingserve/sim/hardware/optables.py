@@ -60,12 +60,6 @@ class OpShape:
             other.n_expanded_embd,
         )
 
-    def describe(self) -> str:
-        return (
-            f"{self.n_head} heads / {self.n_kv_head} KV heads, hidden {self.n_embd}, "
-            f"MLP {self.n_expanded_embd}, vocab {self.vocab_size}"
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class OpGrid:
