@@ -55,7 +55,7 @@ def test_a_fixed_iteration_cost_makes_the_cache_the_limit() -> None:
 def test_with_an_affine_iteration_cost_it_is_tighter_than_both_parts() -> None:
     # NA(N) = 10 ms + 1 ms·N, N ≤ 8: 9/4 iterations at 10 ms each, and 8 tokens at 1 ms.
     demand = RequestDemand(tokens=8.0, held_blocks=9.0, attention=0.005)
-    non_attention = 0.010 + 0.001 * np.arange(1, 9)
+    non_attention = 0.010 + 0.001 * np.arange(1, 9, dtype=np.float64)
     bound = bound_of(demand, non_attention, kv_blocks=4, block_size=4)
     assert bound.rate == pytest.approx(1 / (0.0225 + 0.008 + 0.005))
     assert bound.compute == pytest.approx(1 / (0.018 + 0.005))  # τ* = NA(8)/8 = 2.25 ms
@@ -75,7 +75,7 @@ def test_with_ample_memory_it_is_the_capacity_bound() -> None:
         load_model(A40.model).max_model_len,
     )
     demand = request_demand(latency, EngineLimits(), sample.prompt_lens, sample.output_lens)
-    non_attention = latency.non_attention_time(np.arange(1, 2049))
+    non_attention = np.asarray(latency.non_attention_time(np.arange(1, 2049)), dtype=np.float64)
     ample = bound_of(demand, non_attention, kv_blocks=10**9, block_size=16)
     assert ample.rate == pytest.approx(capacity.rate, rel=1e-9)
     assert ample.compute == pytest.approx(capacity.rate, rel=1e-9)
