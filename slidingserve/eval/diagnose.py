@@ -34,7 +34,7 @@ from __future__ import annotations
 import enum
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -155,6 +155,9 @@ class Diagnosis:
     waits: npt.NDArray[np.float64]  # every request's wait before its first chunk, seconds
     prefills: npt.NDArray[np.float64]  # every request's first chunk to first token, seconds
     best_rate: float  # ρ*, tokens per second
+    preempted: tuple[int, ...] = ()  # requests preempted k times at index k (k = 0, 1, …)
+    preemption_times: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    # every preemption of the run (the start of the iteration that dropped a KV cache), s
 
     @property
     def policy(self) -> str:
@@ -194,7 +197,49 @@ class Diagnosis:
             preemptions=result.num_preemptions,
             best_prefill_rate_tps=self.best_rate,
         )
+        *exact, more = PREEMPTION_COLUMNS
+        counts = list(self.preempted) + [0] * len(exact)
+        row.update(zip(exact, counts, strict=False))
+        row[more] = sum(self.preempted[len(exact) :])
+        row.update(self.occupancy().row())
         return row
+
+    def occupancy(self) -> Occupancy:
+        """The KV cache's use over the run (iterations weighted by their time)."""
+        return Occupancy.of(self.iterations)
+
+
+PREEMPTION_COLUMNS = ("preempted_0", "preempted_1", "preempted_2", "preempted_3_plus")
+"""Requests preempted 0, 1, 2 and 3 or more times: columns of a diagnosis row."""
+
+FULL = 0.95
+"""The share of the KV blocks in use from which the cache counts as full (`Occupancy`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Occupancy:
+    """How full the KV cache was: shares of its blocks in use while iterations ran, each
+    iteration weighted by its time (idle time left out)."""
+
+    mean: float  # time-weighted mean share in use
+    peak: float  # largest share in use
+    full: float  # share of the busy time with at least FULL of the blocks in use
+
+    @classmethod
+    def of(cls, iterations: Sequence[IterationLog]) -> Occupancy:
+        if not iterations or not iterations[0].kv_total:
+            return cls(math.nan, math.nan, math.nan)
+        used = np.array([log.kv_used / log.kv_total for log in iterations])
+        weights = np.array([log.duration for log in iterations])
+        busy = float(weights.sum())
+        if busy <= 0:
+            return cls(math.nan, float(used.max()), math.nan)
+        mean = float(used @ weights) / busy
+        full = float(weights[used >= FULL].sum()) / busy
+        return cls(mean, float(used.max()), full)
+
+    def row(self) -> dict[str, float]:
+        return {"kv_used_mean": self.mean, "kv_used_peak": self.peak, "kv_full_share": self.full}
 
 
 def diagnose(spec: SimulationSpec, rate: float, seed: int) -> Diagnosis:
@@ -220,7 +265,18 @@ def diagnose_run(
     starts = np.array([_first_chunk(r, traces[r.request_id]) for r in served])
     firsts = np.array([r.token_times[0] for r in served])
     arrivals = np.array([r.arrival for r in served])
-    return Diagnosis(result, iterations, violations, starts - arrivals, firsts - starts, best_rate)
+    counts = [len(traces[r.request_id].preemptions) for r in ordered]
+    times = sorted(t for r in ordered for t in traces[r.request_id].preemptions)
+    return Diagnosis(
+        result,
+        iterations,
+        violations,
+        starts - arrivals,
+        firsts - starts,
+        best_rate,
+        tuple(np.bincount(np.array(counts, dtype=np.int64), minlength=1).tolist()),
+        np.array(times, dtype=np.float64),
+    )
 
 
 def attribute(
@@ -252,9 +308,12 @@ def _median_ms(values: Sequence[float] | npt.NDArray[np.float64]) -> float:
 
 def diagnosis_table(diagnoses: Sequence[Diagnosis]) -> str:
     """Per policy: requests, violating, each cause's count and share of the violating
-    requests, median wait and prefill (all requests / violating ones) and the p99 gap."""
+    requests, median wait and prefill (all requests / violating ones), the p99 gap, the
+    requests preempted 0/1/2/3+ times and the KV cache's use (time-weighted mean / peak,
+    and the share of the time it was full)."""
     header = ["policy", "requests", "violating", *(cause.value for cause in Cause)]
-    header += ["wait p50 ms", "prefill p50 ms", "gap p99 ms"]
+    header += ["wait p50 ms", "prefill p50 ms", "gap p99 ms", "preempted 0/1/2/3+"]
+    header += ["KV mean/peak (full)"]
     rows = []
     for diagnosis in diagnoses:
         row = diagnosis.row()
@@ -269,9 +328,17 @@ def diagnosis_table(diagnoses: Sequence[Diagnosis]) -> str:
             f"{_ms(row['wait_p50_ms'])} / {_ms(row['wait_p50_violating_ms'])}",
             f"{_ms(row['prefill_p50_ms'])} / {_ms(row['prefill_p50_violating_ms'])}",
             _ms(row["gap_p99_ms"]),
+            "/".join(str(row[key]) for key in PREEMPTION_COLUMNS),
+            _occupancy_cell(diagnosis.occupancy()),
         ]
         rows.append(cells)
     return format_table(header, rows)
+
+
+def _occupancy_cell(occupancy: Occupancy) -> str:
+    if math.isnan(occupancy.mean):
+        return "-"
+    return f"{occupancy.mean:.0%}/{occupancy.peak:.0%} ({occupancy.full:.0%})"
 
 
 def _count_cell(count: int, share: float) -> str:
@@ -298,7 +365,12 @@ def diagnosis_payload(diagnoses: Sequence[Diagnosis]) -> dict[str, Any]:
         "setup": describe(diagnoses),
         "causes": [cause.value for cause in Cause],
         "policies": [
-            {**d.row(), "violations": [_violation_dict(v) for v in d.violations]} for d in diagnoses
+            {
+                **d.row(),
+                "preempted_requests_by_count": list(d.preempted),
+                "violations": [_violation_dict(v) for v in d.violations],
+            }
+            for d in diagnoses
         ],
     }
 

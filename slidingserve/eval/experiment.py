@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, TypeVar
 from slidingserve.core.view import EngineLimits
 from slidingserve.eval.capacity import CapacityBound, capacity_bound
 from slidingserve.eval.goodput import GoodputEstimate, SearchSettings, search_goodput
+from slidingserve.eval.memory_bound import MemoryBound, memory_bound
 from slidingserve.eval.slo_bound import SloAwareBound, slo_aware_bound
 from slidingserve.metrics import TbtReading
 from slidingserve.policies import get_policy_class
@@ -203,6 +204,7 @@ class ExperimentResult:
     rows: list[GoodputRow]
     curve: list[CurvePoint]
     slo_bounds: dict[str, SloAwareBound] = field(default_factory=dict)  # by workload, if run
+    memory_bounds: dict[str, MemoryBound] = field(default_factory=dict)  # by workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,7 +305,7 @@ def run_experiment(
     experiment: GoodputExperiment, progress: Progress | None = None
 ) -> ExperimentResult:
     """Run every search, then the curves; `progress` hears of each finished task. The
-    result carries both bounds of every workload: capacity and SLO-aware."""
+    result carries the bounds of every workload: capacity, SLO-aware and memory-aware."""
     calibration = _shared_calibration(experiment)
     searches = _plan_searches(experiment, calibration)
     with _executor(experiment.worker_count) as pool:
@@ -316,7 +318,9 @@ def run_experiment(
         )
         for name in experiment.workloads
     }
-    return ExperimentResult(experiment, searches.bounds, rows, curve, slo_bounds)
+    return ExperimentResult(
+        experiment, searches.bounds, rows, curve, slo_bounds, _memory_bounds(experiment)
+    )
 
 
 def run_searches(
@@ -336,9 +340,18 @@ def run_searches(
             plan.bounds,
             plan.rows(list(itertools.islice(outcomes, len(plan.tasks)))),
             [],
+            memory_bounds=_memory_bounds(plan.experiment),
         )
         for plan in plans
     ]
+
+
+def _memory_bounds(experiment: GoodputExperiment) -> dict[str, MemoryBound]:
+    """The memory-aware bound of every workload (a fraction of a second each)."""
+    return {
+        name: memory_bound(experiment.workload_config(name), experiment.hardware, experiment.limits)
+        for name in experiment.workloads
+    }
 
 
 def task_count(experiment: GoodputExperiment) -> int:

@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from slidingserve.eval.diagnose import Cause
+from slidingserve.eval.diagnose import PREEMPTION_COLUMNS, Cause
 from slidingserve.sim.engine import DECODE_RUN
 
 if TYPE_CHECKING:
@@ -107,17 +107,24 @@ _CAUSE_COLORS = {
 }
 _DECISION_BINS = 120  # time bins of the decisions panel
 _MOST_PATHS = 9  # decision paths shown by name; the rarer ones are "other"
-_PANELS = ("queued requests", "tokens per iteration", "ms (symlog)", "planned iterations by path")
+_PANELS = (
+    "queued requests",
+    "tokens per iteration",
+    "ms (symlog)",
+    "KV blocks in use (%)",
+    "planned iterations by path",
+)
 
 
 def plot_diagnosis(diagnoses: Sequence[Diagnosis], path: Path) -> Path:
     """A timeline of each run over simulated time, one column per policy, every row on the
     same axes in every column: queue depth (waiting + prefilling) with the violating
     requests' arrivals marked by cause; prefill and decode tokens per iteration; iteration
-    time against the tightest decode slack at its start; the policy's decisions by path."""
+    time against the tightest decode slack at its start; the KV cache's occupancy with
+    every preemption marked; the policy's decisions by path."""
     columns = len(diagnoses)
     figure, axes = plt.subplots(
-        len(_PANELS), columns, figsize=(7 * columns, 12), sharex=True, sharey="row",
+        len(_PANELS), columns, figsize=(7 * columns, 15), sharex=True, sharey="row",
         squeeze=False,
     )  # fmt: skip
     paths = _decision_paths(diagnoses)
@@ -127,7 +134,8 @@ def plot_diagnosis(diagnoses: Sequence[Diagnosis], path: Path) -> Path:
         _plot_queue(column[0], diagnosis, logs)
         _plot_tokens(column[1], logs)
         _plot_slack(column[2], logs)
-        _plot_decisions(column[3], logs, paths, span)
+        _plot_kv(column[3], diagnosis, logs)
+        _plot_decisions(column[4], logs, paths, span)
         result = diagnosis.result
         column[0].set_title(
             f"{diagnosis.policy}: {len(diagnosis.violations)} of {result.metrics.requests} "
@@ -136,7 +144,7 @@ def plot_diagnosis(diagnoses: Sequence[Diagnosis], path: Path) -> Path:
         column[-1].set_xlabel("simulated time (s)")
     for panel, label in zip(axes[:, 0], _PANELS, strict=True):
         panel.set_ylabel(label)
-    axes[3, -1].legend(fontsize="x-small", loc="lower right", ncol=2, framealpha=0.9)
+    axes[-1, -1].legend(fontsize="x-small", loc="lower right", ncol=2, framealpha=0.9)
     first = diagnoses[0].result
     figure.suptitle(
         f"{first.workload} at {first.rate:g} req/s, seed {first.seed}, TBT read "
@@ -155,6 +163,7 @@ class _Iterations(NamedTuple):
     queued: npt.NDArray[np.int64]  # waiting + prefilling
     slack: npt.NDArray[np.float64]  # seconds, tightest decode slack (NaN without decodes)
     path: npt.NDArray[np.str_]
+    kv: npt.NDArray[np.float64]  # share of the KV blocks in use while it ran
 
     @classmethod
     def of(cls, diagnosis: Diagnosis) -> _Iterations:
@@ -170,6 +179,10 @@ class _Iterations(NamedTuple):
                 dtype=np.float64,
             ),
             np.array([log.path for log in logs], dtype=np.str_),
+            np.array(
+                [log.kv_used / log.kv_total if log.kv_total else np.nan for log in logs],
+                dtype=np.float64,
+            ),
         )
 
 
@@ -213,6 +226,23 @@ def _plot_slack(panel: Any, logs: _Iterations) -> None:
         label=f"overran a positive slack ({int(over.sum())})",
     )  # fmt: skip
     panel.set_yscale("symlog", linthresh=10.0)
+    panel.legend(fontsize="small", loc="lower right")
+    panel.grid(alpha=0.3)
+
+
+def _plot_kv(panel: Any, diagnosis: Diagnosis, logs: _Iterations) -> None:
+    """Share of the KV blocks in use while each iteration ran; a tick at the top for every
+    preemption, with the requests preempted 0/1/2/3+ times in the legend."""
+    panel.step(logs.start, 100 * logs.kv, where="post", linewidth=0.6, color="tab:purple",
+               label="in use")  # fmt: skip
+    counts = diagnosis.row()
+    spread = "/".join(str(counts[key]) for key in PREEMPTION_COLUMNS)
+    times = diagnosis.preemption_times
+    panel.scatter(
+        times, np.full(times.size, 102.0), s=8, marker="|", color="tab:red", zorder=3,
+        label=f"preemptions ({times.size}); requests preempted 0/1/2/3+: {spread}",
+    )  # fmt: skip
+    panel.set_ylim(0, 105)
     panel.legend(fontsize="small", loc="lower right")
     panel.grid(alpha=0.3)
 

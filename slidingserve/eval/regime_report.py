@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -42,10 +43,47 @@ def heatmap_grid(result: RegimeResult, hardware: str) -> HeatmapGrid:
 
 
 def regime_table(result: RegimeResult, hardware: str) -> str:
-    """Workload × arrival down, SLO scales across: `1.04 [0.98, 1.10] *`."""
+    """Workload × arrival down, SLO scales across: `1.04 [0.98, 1.10] *`; then, where the
+    memory-aware bound was computed, the candidate's goodput as a share of it."""
     grid = heatmap_grid(result, hardware)
     rows = [[name, *labels] for name, labels in zip(grid.rows, grid.labels, strict=True)]
-    return format_table(["workload arrival", *grid.columns], rows)
+    table = format_table(["workload arrival", *grid.columns], rows)
+    bounds = bound_table(result, hardware)
+    return table if not bounds else f"{table}\n\n{bounds}"
+
+
+def bound_table(result: RegimeResult, hardware: str) -> str:
+    """Workload down: the capacity and memory-aware bounds (req/s) and what binds the latter;
+    across, per arrival × SLO scale, the candidate's mean goodput ÷ the memory-aware bound.
+    Empty when no cell of `hardware` has the bound."""
+    regimes = result.regimes
+    cells = [c for c in result.cells if c.hardware == hardware]
+    if not cells or all(math.isnan(c.memory_bound) for c in cells):
+        return ""
+    settings = [(a, s) for a in regimes.arrival_labels for s in regimes.slo_scales]
+    header = ["workload", "capacity", "memory (binds)"]
+    header += [f"{arrival} ×{scale:g}" for arrival, scale in settings]
+    rows = []
+    for workload in regimes.setup.workloads:
+        here = [result.cell(hardware, workload, a, s) for a, s in settings]
+        first = here[0]
+        rows.append(
+            [
+                workload,
+                f"{first.capacity_bound:.2f}",
+                f"{first.memory_bound:.2f} ({first.memory_binding})",
+                *(f"{_memory_share(cell):.0%}" for cell in here),
+            ]
+        )
+    title = (
+        f"{regimes.candidate}'s goodput (mean over seeds) ÷ the memory-aware bound "
+        "(req/s; kv: the KV cache lowers it below the capacity bound)"
+    )
+    return f"{title}\n{format_table(header, rows)}"
+
+
+def _memory_share(cell: RegimeCell) -> float:
+    return statistics.fmean(cell.goodput[cell.candidate]) / cell.memory_bound
 
 
 def describe_regimes(result: RegimeResult) -> str:
@@ -81,6 +119,10 @@ def regime_rows(result: RegimeResult) -> list[dict[str, Any]]:
             "ratio_low": cell.ratio.low,
             "ratio_high": cell.ratio.high,
             "significant": cell.ratio.significant,
+            "capacity_bound": cell.capacity_bound,
+            "memory_aware_bound": cell.memory_bound,
+            "memory_bound_binding": cell.memory_binding,
+            "candidate_share_of_memory_bound": _memory_share(cell),
         }
         for cell in result.cells
     ]

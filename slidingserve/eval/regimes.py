@@ -124,6 +124,9 @@ class RegimeCell:
     goodput: Mapping[str, tuple[float, ...]]  # req/s by policy (candidate first), seed order
     best_baseline: tuple[str, ...]  # per seed, the baseline with the highest goodput
     ratio: RatioInterval  # candidate ÷ best baseline per seed (seeds where that is 0 left out)
+    capacity_bound: float = math.nan  # req/s, the capacity bound (NaN: not computed)
+    memory_bound: float = math.nan  # req/s, the memory-aware bound (NaN: not computed)
+    memory_binding: str = ""  # what binds the memory-aware bound: kv or compute
 
     @property
     def best_baseline_goodput(self) -> tuple[float, ...]:
@@ -142,10 +145,12 @@ def regime_cell(
     slo_scale: float,
     seeds: Sequence[int],
     resolution: float = 0.0,
+    bounds: tuple[float, float, str] = (math.nan, math.nan, ""),
 ) -> RegimeCell:
     """The cell of per-seed goodputs (req/s, seed order) of the candidate and the baselines;
     on a tie the baseline listed first is the best. `resolution`: the searches' relative
-    precision, the least uncertainty of a ratio (see `ratio_interval`)."""
+    precision, the least uncertainty of a ratio (see `ratio_interval`); `bounds`: the
+    capacity and memory-aware bounds (req/s) and what binds the latter."""
     if not baselines:
         raise ValueError("need at least one baseline")
     values = {name: tuple(goodput[name]) for name in (candidate, *baselines)}
@@ -163,6 +168,7 @@ def regime_cell(
         values,
         best,
         ratio_interval(per_seed_ratios(values[candidate], bar), resolution=resolution),
+        *bounds,
     )
 
 
@@ -213,7 +219,16 @@ def _cell(regimes: RegimeMap, result: ExperimentResult, workload: str) -> Regime
         slo_scale=experiment.slo_scale,
         seeds=experiment.seeds,
         resolution=experiment.search.precision,
+        bounds=_bounds(result, workload),
     )
+
+
+def _bounds(result: ExperimentResult, workload: str) -> tuple[float, float, str]:
+    """The capacity and memory-aware bounds of `workload` (req/s) and what binds the latter."""
+    memory = result.memory_bounds.get(workload)
+    if memory is None:
+        return result.bounds[workload].rate, math.nan, ""
+    return result.bounds[workload].rate, memory.rate, memory.binding
 
 
 def arrival_label(arrival: ArrivalConfig) -> str:

@@ -25,15 +25,16 @@ if TYPE_CHECKING:
 
 
 def goodput_table(result: ExperimentResult, criterion: str | None = None) -> str:
-    """Workloads down, policies across: mean ± std goodput (req/s) and its share of the bound,
-    under `criterion` (default: the experiment's first)."""
+    """Workloads down, policies across: mean ± std goodput (req/s) and its share of each
+    bound computed (capacity / SLO-aware / memory-aware), under `criterion` (default: the
+    experiment's first)."""
 
     def cell(row: GoodputRow) -> str:
-        shares = f"{row.fraction_of_bound:.0%}"
-        slo_bound = result.slo_bounds.get(row.workload)
-        if slo_bound is not None:
-            shares += f" / {row.goodput_mean / slo_bound.rate:.0%}"
-        return f"{goodput_text(row)} ({shares})"
+        shares = [row.fraction_of_bound]
+        for bound in (result.slo_bounds.get(row.workload), result.memory_bounds.get(row.workload)):
+            if bound is not None:
+                shares.append(row.goodput_mean / bound.rate)
+        return f"{goodput_text(row)} ({' / '.join(f'{share:.0%}' for share in shares)})"
 
     return _policy_grid(result, criterion, cell, bound=True)
 
@@ -119,6 +120,7 @@ def _policy_grid(
 ) -> str:
     experiment = result.experiment
     bound_names = "bound" + (" / SLO-aware" if result.slo_bounds else "")
+    bound_names += " / memory" if result.memory_bounds else ""
     header = ["workload", *([bound_names] if bound else []), *experiment.policies]
     cells = _policy_cells(result, criterion, cell)
     rows = [
@@ -143,10 +145,16 @@ def _policy_cells(
 
 
 def _bounds_cell(result: ExperimentResult, workload: str) -> str:
-    """`3.20`, or `3.20 / 2.60` with the SLO-aware bound (req/s)."""
+    """`3.20`, then ` / 2.60` with the SLO-aware bound and ` / 3.05 kv` with the
+    memory-aware one (req/s; `kv` where the cache binds it, `compute` where it does not)."""
     text = f"{result.bounds[workload].rate:.2f}"
     slo_bound = result.slo_bounds.get(workload)
-    return text if slo_bound is None else f"{text} / {slo_bound.rate:.2f}"
+    if slo_bound is not None:
+        text += f" / {slo_bound.rate:.2f}"
+    memory = result.memory_bounds.get(workload)
+    if memory is not None:
+        text += f" / {memory.rate:.2f} {memory.binding}"
+    return text
 
 
 def describe_setup(result: ExperimentResult) -> str:
@@ -264,8 +272,16 @@ def experiment_payload(result: ExperimentResult) -> dict[str, Any]:
         "experiment": dataclasses.asdict(result.experiment),
         "capacity_bounds": {k: dataclasses.asdict(v) for k, v in result.bounds.items()},
         "slo_aware_bounds": {k: dataclasses.asdict(v) for k, v in result.slo_bounds.items()},
+        "memory_aware_bounds": {
+            k: {**dataclasses.asdict(v), "binding": v.binding}
+            for k, v in result.memory_bounds.items()
+        },
         "goodput": [
-            {**dataclasses.asdict(row), "fraction_of_bound": row.fraction_of_bound}
+            {
+                **dataclasses.asdict(row),
+                "fraction_of_bound": row.fraction_of_bound,
+                **_memory_bound_fields(result, row),
+            }
             for row in result.rows
         ],
         "goodput_ratios": [
@@ -302,6 +318,7 @@ def goodput_rows(result: ExperimentResult) -> list[dict[str, Any]]:
             "capacity_bound": row.capacity_bound,
             "fraction_of_bound": row.fraction_of_bound,
             **_slo_bound_fields(result, row),
+            **_memory_bound_fields(result, row),
             "trials": row.trials,
             "tbt_p99_ms_at_goodput": 1000 * row.at_goodput.tbt_p99,
             "cumulative_violation_at_goodput": row.at_goodput.cumulative_violation,
@@ -320,6 +337,21 @@ def _slo_bound_fields(result: ExperimentResult, row: GoodputRow) -> dict[str, An
     return {
         "slo_aware_bound": slo_bound.rate,
         "fraction_of_slo_aware_bound": row.goodput_mean / slo_bound.rate,
+    }
+
+
+def _memory_bound_fields(result: ExperimentResult, row: GoodputRow) -> dict[str, Any]:
+    """The row's memory-aware bound (req/s), its share of it and what binds it; empty when
+    not computed."""
+    memory = result.memory_bounds.get(row.workload)
+    if memory is None:
+        return dict.fromkeys(
+            ("memory_aware_bound", "fraction_of_memory_bound", "memory_bound_binding"), ""
+        )
+    return {
+        "memory_aware_bound": memory.rate,
+        "fraction_of_memory_bound": row.goodput_mean / memory.rate,
+        "memory_bound_binding": memory.binding,
     }
 
 

@@ -21,7 +21,13 @@ from slidingserve.core.request import Phase
 from slidingserve.core.view import EngineLimits
 from slidingserve.policies.base import IterationRecord
 from slidingserve.sim.state import EngineState
-from slidingserve.sim.tracing import RequestTrace, RequestTracer, decode_run_slacks
+from slidingserve.sim.tracing import (
+    RequestTrace,
+    RequestTracer,
+    blocks_while_running,
+    decode_run_blocks,
+    decode_run_slacks,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -86,6 +92,9 @@ class IterationLog:
     queued: int  # requests waiting or prefilling when it was planned
     decode_slack: float | None  # seconds from its start to the earliest next deadline of a
     # decoding request (negative: already late); None without decodes
+    kv_used: int = 0  # KV blocks held while it runs: after its growth (allocated when it
+    # is scheduled, as vLLM), before its finished requests free theirs
+    kv_total: int = 0  # KV blocks in the cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +201,8 @@ class Simulator:
                     plan.path,
                     state.num_queued,
                     state.decode_slack(),
+                    blocks_while_running(state.kv, plan.chunks),
+                    state.kv.num_blocks,
                 )
             )
         state.execute(plan, start + duration)
@@ -258,12 +269,27 @@ class Simulator:
         if self.options.record_iterations:
             starts = np.concatenate(([state.now], ends[: steps - 1]))
             slacks = decode_run_slacks(running, starts)
+            used = decode_run_blocks(running, state.kv, steps)
+            total = state.kv.num_blocks
             logs += [
                 IterationLog(
-                    start, duration, num_decodes, num_decodes, num_decodes, DECODE_RUN, 0, slack
+                    start,
+                    duration,
+                    num_decodes,
+                    num_decodes,
+                    num_decodes,
+                    DECODE_RUN,
+                    0,
+                    slack,
+                    blocks,
+                    total,
                 )
-                for start, duration, slack in zip(
-                    starts.tolist(), durations[:steps].tolist(), slacks.tolist(), strict=True
+                for start, duration, slack, blocks in zip(
+                    starts.tolist(),
+                    durations[:steps].tolist(),
+                    slacks.tolist(),
+                    used.tolist(),
+                    strict=True,
                 )
             ]
         state.execute_decode_run(ends[:steps].tolist())

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
+    from slidingserve.core.kv_blocks import KVBlockManager
     from slidingserve.core.request import Request
     from slidingserve.policies.base import Policy
 
@@ -83,3 +84,23 @@ def decode_run_slacks(
     deadlines = np.min([deadline + tbt * steps for tbt, deadline in earliest.items()], axis=0)
     slacks: npt.NDArray[np.float64] = deadlines - starts
     return slacks
+
+
+def blocks_while_running(kv: KVBlockManager, chunks: Sequence[tuple[Request, int]]) -> int:
+    """KV blocks held while an iteration runs `chunks` ((request, tokens) pairs), planned
+    with `kv` as it is now: those held now and those its chunks add."""
+    return kv.num_used + sum(kv.extra_blocks(request, tokens) for request, tokens in chunks)
+
+
+def decode_run_blocks(
+    running: Sequence[Request], kv: KVBlockManager, steps: int
+) -> npt.NDArray[np.int64]:
+    """KV blocks held while each of the `steps` iterations of a decode-only run runs (every
+    request in `running` decodes once per iteration; step j caches its (j + 1)-th token)."""
+    size = kv.block_size
+    computed = np.array([r.num_computed for r in running], dtype=np.int64)
+    held = np.array([kv.held(r) for r in running], dtype=np.int64)
+    after = np.arange(1, steps + 1, dtype=np.int64)[:, None] + computed[None, :]
+    extra = np.maximum(-(-after // size) - held[None, :], 0).sum(axis=1)
+    blocks: npt.NDArray[np.int64] = kv.num_used + extra
+    return blocks

@@ -11,6 +11,8 @@ from factories import LinearTimer, finished_request, make_request
 
 from slidingserve.core import EngineLimits, Request, TimedBatch
 from slidingserve.eval.diagnose import (
+    FULL,
+    PREEMPTION_COLUMNS,
     Cause,
     attribute,
     best_prefill_rate,
@@ -22,6 +24,7 @@ from slidingserve.metrics import TbtReading
 from slidingserve.policies import PolicyContext, make_policy
 from slidingserve.predictor import random_batch_shapes
 from slidingserve.sim.engine import Simulator, SimulatorOptions
+from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig
 from slidingserve.sim.runner import SimulationSpec
 from slidingserve.sim.tracing import RequestTrace
 from slidingserve.workloads import WorkloadConfig
@@ -178,3 +181,26 @@ def test_causes_add_up_to_the_violating_requests_of_a_real_run(
     assert not math.isnan(row["wait_p50_violating_ms"])
     table = diagnosis_table([diagnosis])
     assert policy in table and f"{violating} ({result.violations.overall:.1%})" in table
+
+
+def test_preemptions_per_request_and_kv_use_match_the_engine() -> None:
+    # Llama-2-7B on an A40 holds ~58k tokens of KV: ShareGPT at 2 req/s fills it.
+    hardware = HardwareConfig(gpu="a40", model="llama-2-7b", tp=1)
+    spec = SimulationSpec("vllm", WorkloadConfig("sharegpt", 150), hardware)
+    diagnosis = diagnose(spec, 2.0, 0)
+    preempted = diagnosis.preempted
+    assert sum(preempted) == 150  # every request, by how often it was preempted
+    total = diagnosis.result.num_preemptions
+    assert total > 0 and sum(k * count for k, count in enumerate(preempted)) == total
+    assert diagnosis.preemption_times.size == total
+    row = diagnosis.row()
+    assert [row[key] for key in PREEMPTION_COLUMNS[:3]] == list(preempted[:3])
+    assert row["preempted_3_plus"] == sum(preempted[3:])
+    occupancy = diagnosis.occupancy()
+    assert 0 < occupancy.mean <= occupancy.peak <= 1
+    assert occupancy.peak >= FULL and occupancy.full > 0  # it preempted: the cache was full
+    blocks = GroundTruthLatency(hardware).kv_capacity_blocks(16)
+    assert {log.kv_total for log in diagnosis.iterations} == {blocks}
+    table = diagnosis_table([diagnosis])
+    assert "/".join(str(row[key]) for key in PREEMPTION_COLUMNS) in table
+    assert f"{occupancy.mean:.0%}/{occupancy.peak:.0%}" in table

@@ -39,9 +39,13 @@ def test_rows_curves_and_progress_match_the_experiment() -> None:
     assert len(result.curve) == 12
     slo_bound = result.slo_bounds["sharegpt"]  # computed for the goodput table
     assert 0 < slo_bound.rate <= result.bounds["sharegpt"].rate * (1 + 1e-9)
+    memory = result.memory_bounds["sharegpt"]  # and the memory-aware one
+    assert 0 < memory.rate <= memory.compute == pytest.approx(result.bounds["sharegpt"].rate)
     header, _, line = goodput_table(result).splitlines()
-    assert "bound / SLO-aware" in header
-    assert f"{result.bounds['sharegpt'].rate:.2f} / {slo_bound.rate:.2f}" in line
+    assert "bound / SLO-aware / memory" in header
+    assert (
+        f"{result.bounds['sharegpt'].rate:.2f} / {slo_bound.rate:.2f} / {memory.rate:.2f}" in line
+    )
     for policy in SMALL.policies:  # every seed on the same rates
         points = [(p.seed, p.rate) for p in result.curve if p.policy == policy]
         rates = sorted({rate for _, rate in points})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -145,6 +146,20 @@ class TestTheReport:
         assert first["best_baseline"] == "sarathi-edf sarathi-edf sarathi-edf"
         assert first["significant"] is True and rows[1]["significant"] is False
         assert rows[1]["best_baseline"] == "sarathi-edf sarathi-edf qoserve"
+
+    def test_the_bounds_follow_the_ratios_where_they_were_computed(self) -> None:
+        made = hand_made_map()
+        assert "memory-aware" not in regime_table(made, A100)  # no bounds: no second table
+        cells = [dataclasses.replace(c, capacity_bound=3.2, memory_bound=2.5, memory_binding="kv")
+                 for c in made.cells]  # fmt: skip
+        bounded = RegimeResult(made.regimes, cells)
+        text = regime_table(bounded, A100)
+        assert "slidingserve's goodput (mean over seeds) ÷ the memory-aware bound" in text
+        line = next(row for row in text.splitlines()[4:] if row.startswith("sharegpt"))
+        assert line.split() == ["sharegpt", "3.20", "2.50", "(kv)", "36%", "81%"]  # 0.9, 2.03
+        rows = regime_rows(bounded)
+        assert rows[0]["memory_aware_bound"] == 2.5 and rows[0]["memory_bound_binding"] == "kv"
+        assert rows[1]["candidate_share_of_memory_bound"] == pytest.approx(6.1 / 3 / 2.5)
 
     def test_the_heatmap_png_has_a_panel_per_hardware_point(self, tmp_path: Path) -> None:
         result = hand_made_map((HardwareConfig(), HardwareConfig(tp=2)))

@@ -66,6 +66,22 @@ def test_preemptions_are_recorded_at_the_start_of_the_iteration() -> None:
     assert traces["new"].first_chunk == pytest.approx(0.0116)  # its first ever chunk
 
 
+def test_iteration_logs_carry_the_kv_blocks_in_use() -> None:
+    # 32 prompt tokens: 2 blocks of 16; decode 1 caches token 33 (a third block), decode 2
+    # token 34. Stepped or fast-forwarded, the same blocks.
+    for fast_forward in (False, True):
+        logs = run([make_request(prompt=32, output=3)], fast_forward=fast_forward).iterations
+        assert [log.kv_used for log in logs] == [2, 3, 3]
+        assert {log.kv_total for log in logs} == {10_000}
+    # The preemption above: old's prefill (1 block); old's decode (2) beside new's prefill
+    # (1); new preempted, old decodes alone on its 2 blocks.
+    old = make_request("old", prompt=16, output=20)
+    new = make_request("new", arrival=0.001, prompt=16, output=20)
+    logs = run([old, new], kv_blocks=3).iterations
+    assert [log.kv_used for log in logs[:3]] == [1, 3, 2]
+    assert all(log.kv_used <= log.kv_total == 3 for log in logs)
+
+
 def test_qoserve_relegations_are_recorded() -> None:
     # 2,000 prompt tokens at QoServe's initial 8,500 tokens/s take 0.24 s: a 0.05 s TTFT is
     # hopeless and QoServe relegates the request in the first iteration; the other is fine.
@@ -103,6 +119,7 @@ def test_fast_forwarded_logs_match_stepped_ones() -> None:
     assert len(stepped.iterations) == len(forwarded.iterations)
     for a, b in zip(stepped.iterations, forwarded.iterations, strict=True):
         assert (a.start, a.queued) == pytest.approx((b.start, b.queued), rel=1e-12)
+        assert (a.kv_used, a.kv_total) == (b.kv_used, b.kv_total)
         if a.decode_slack is None or b.decode_slack is None:
             assert a.decode_slack is b.decode_slack is None
         else:
