@@ -323,7 +323,6 @@ def test_a_mixed_run_respects_the_limits_and_finishes_or_refuses_everyone(chunke
             assert len(request.token_times) == request.output_len
 
 
-
 @settings(max_examples=60, deadline=None)
 @given(
     specs=st.lists(
