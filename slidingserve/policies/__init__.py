@@ -9,6 +9,7 @@ from slidingserve.policies.qoserve import QoServePolicy
 from slidingserve.policies.random_chunk import RandomChunkPolicy
 from slidingserve.policies.sarathi import SarathiPolicy
 from slidingserve.policies.sarathi_edf import SarathiEdfPolicy
+from slidingserve.policies.scorpio import ScorpioPolicy
 from slidingserve.policies.slidingserve import (
     SlidingChunkerEdfPolicy,
     SlidingChunkerMlpsPolicy,
@@ -26,6 +27,7 @@ POLICIES: dict[str, type[Policy]] = {
     SarathiPolicy.name: SarathiPolicy,
     SarathiEdfPolicy.name: SarathiEdfPolicy,
     QoServePolicy.name: QoServePolicy,
+    ScorpioPolicy.name: ScorpioPolicy,
     SlidingServePolicy.name: SlidingServePolicy,
     SlidingServePaperPolicy.name: SlidingServePaperPolicy,
     SlidingChunkerEdfPolicy.name: SlidingChunkerEdfPolicy,
