@@ -130,7 +130,7 @@ def test_leftover_fill_gives_the_next_request_a_partial_chunk() -> None:
     assert plan.predicted_time == pytest.approx(0.01525)
 
 
-class TestThroughputEma:
+class TestPrefillRateEma:
     """ρ ← decay·ρ + (1 − decay)·(prefill tokens / duration); decay 0.9 by default."""
 
     def record(
