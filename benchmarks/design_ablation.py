@@ -24,26 +24,26 @@ from typing import Any
 from slidingserve.eval.experiment import ExperimentResult, GoodputExperiment, run_searches
 from slidingserve.eval.goodput import SearchSettings
 from slidingserve.eval.ratios import per_seed_ratios, ratio_interval
-from slidingserve.policies.slidingserve.config import SlidingServeConfig
-from slidingserve.policies.slidingserve.policy import DESIGN
+from slidingserve.policies.slidingserve import DESIGN, PAPER, flatten
 
-PAPER = SlidingServeConfig()
+PAPER_OPTIONS = flatten(PAPER)
+DESIGN_OPTIONS = flatten(DESIGN)
 
 WITHOUT: Mapping[str, Mapping[str, Any]] = {
     "no-triage": {"overload": "none"},
     "relegate": {"overload": "relegate"},
     "no-lost-last": {"lost_last": False},
-    "no-tiles": {"token_quantum": PAPER.token_quantum},
-    "no-margin": {"time_margin": PAPER.time_margin},
-    "paper-features": {"features": PAPER.features},
-    "paper-chunker": {"chunker": PAPER.chunker},
+    "no-tiles": {"token_quantum": PAPER_OPTIONS["token_quantum"]},
+    "no-margin": {"time_margin": PAPER_OPTIONS["time_margin"]},
+    "paper-features": {"features": PAPER_OPTIONS["features"]},
+    "paper-chunker": {"chunker": PAPER_OPTIONS["chunker"]},
     "window-2": {"window": 2},
     "with-constructor": {"batch_constructor": True},
     "mlps": {"sorter": "mlps"},
     "admission": {"admission": True},
 }
-"""Each row's change to the design: a mechanism back at the paper's setting, or a switch
-the design leaves off turned on."""
+"""Each row's change to the design (flat options on `DESIGN`): a mechanism back at the
+paper's setting, or a part the design leaves out put in."""
 
 OTHERS = ("slidingserve-paper", "slidingserve-sc", "slidingserve-sc-mlps", "sarathi-edf", "qoserve")
 
@@ -67,7 +67,10 @@ def main() -> None:
     ]
     started = time.perf_counter()
     results = run_searches(experiments, args.jobs)
-    print(f"design: {', '.join(f'{k}={v}' for k, v in DESIGN.items())}")
+    changed = {k: v for k, v in DESIGN_OPTIONS.items() if PAPER_OPTIONS.get(k) != v}
+    print(
+        f"design (where it is not the paper's): {', '.join(f'{k}={v}' for k, v in changed.items())}"
+    )
     for result in results:
         print_table(result, args.precision)
     if args.json:

@@ -9,9 +9,9 @@ decoding (ShareGPT-like contexts, 50 ms TBT, next-token slack 50 ms + Exp(200 ms
 waiting or partly prefilled (realistic prompt lengths, TTFT slacks from −0.2 s to 2 s, so
 some are lost, some at risk and most calm). Every policy schedules the same states in the
 same run. Prints median and p99 wall time per `schedule` call, and for SlidingServe the
-median time per component (MLPS sort, predictor calls, chunker incl. candidate batch,
-BatchConstructor) with the share of iterations that took the constructor path, and the
-median predicted iteration time for scale (the paper's budget: scheduling < 5% of it).
+median time per component (ordering and triage of the queue, predictor calls, chunker incl.
+candidate batch, BatchConstructor) with the share of iterations that took the constructor
+path, and the median predicted iteration time for scale (the paper's budget: scheduling < 5% of it).
 `--features` picks the predictor the policies plan with (the calibration's, rich by default).
 """
 
@@ -103,7 +103,7 @@ def _components(policy: object) -> str:
         return ""
     records = policy.decisions
     parts = {
-        "mlps": [r.mlps_s for r in records],
+        "order": [r.order_s for r in records],
         "predictor": [r.predictor_s for r in records],
         "chunker": [r.chunker_s for r in records],
         "constructor": [r.constructor_s for r in records],

@@ -46,7 +46,9 @@ class Policy(ABC):
     """A scheduling policy. Subclasses set `name` and `config_type` and implement `schedule`.
 
     `config_type` is a frozen dataclass whose fields are the policy's options; `from_options`
-    builds it from a plain mapping (CLI flags, a TOML table) and rejects unknown keys.
+    builds it from a plain mapping (CLI flags, a TOML table) and rejects unknown keys. A
+    policy built from parts (SlidingServe) overrides `from_options` to map flat options
+    onto them.
     """
 
     name: ClassVar[str]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from slidingserve.core.checks import require_int
 from slidingserve.core.plan import PlanBuilder
@@ -11,6 +11,7 @@ from slidingserve.policies.base import Policy
 
 if TYPE_CHECKING:
     from slidingserve.core.plan import Plan
+    from slidingserve.core.request import Request
     from slidingserve.core.view import SchedulerView
 
 
@@ -29,11 +30,16 @@ class SarathiPolicy(Policy):
 
     name = "sarathi"
     config_type = SarathiConfig
+    path: ClassVar[str] = "fixed-chunk"  # the plans' path label
     config: SarathiConfig
 
     def schedule(self, view: SchedulerView) -> Plan:
         builder = PlanBuilder(view, self.config.chunk_size)
         builder.add_decodes(view.decoding)
-        builder.add_prefills(view.prefilling)
-        builder.add_prefills(view.waiting)
-        return builder.build("fixed-chunk")
+        builder.add_prefills(self.prefill_order(view))
+        return builder.build(self.path)
+
+    def prefill_order(self, view: SchedulerView) -> list[Request]:
+        """The order prefills fill what the decodes leave: ongoing ones, then new ones,
+        each in admission (arrival) order."""
+        return view.prefill_candidates()

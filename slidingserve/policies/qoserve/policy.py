@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING
 from slidingserve.core.batch import BatchShape
 from slidingserve.core.plan import PlanBuilder
 from slidingserve.policies.base import Policy
+from slidingserve.policies.common import PrefillRateEma, Relegation
 from slidingserve.policies.qoserve.chunking import (
     ChunkChoice,
     DecodeSelection,
@@ -81,7 +82,7 @@ from slidingserve.policies.qoserve.predictor import (
     fit_from_samples,
     fit_qoserve_predictor,
 )
-from slidingserve.policies.qoserve.priority import Relegation, ThroughputEma, priority_key
+from slidingserve.policies.qoserve.priority import priority_key
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
@@ -121,7 +122,7 @@ class QoServePolicy(Policy):
         self.decode_limit = min(config.decode_chunk_size, self.max_tokens)
         self.fallback = min(config.fallback_chunk, self.max_tokens)
         self.relegation = Relegation()
-        self.throughput = ThroughputEma(config.initial_throughput, config.throughput_decay)
+        self.throughput = PrefillRateEma(config.initial_throughput, config.throughput_decay)
 
     def schedule(self, view: SchedulerView) -> Plan:
         """Decodes by slack, then prefills by priority up to the chosen total."""

@@ -19,8 +19,13 @@ if TYPE_CHECKING:
 
 
 class ChunkChoice(NamedTuple):
+    """A budget and why (the plan's path is "chunker:<reason>")."""
+
     prefill_tokens: int  # tokens of the sorted queue to run now, on top of every decode
-    reason: str  # "no-tbt-limit", "decodes-only", "paper", "window-k", "fixed"
+    # "no-prefill" (empty queue), "decodes-only" (the decodes alone exceed T_cur),
+    # "no-tbt-limit" (no live decode), "all-fits" (the whole queue fits T_cur), "paper",
+    # "window-1" … "window-4", "fixed"
+    reason: str
 
 
 class QueueTimes:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
+from slidingserve.core.checks import require_int
 from slidingserve.policies.slidingserve.knapsack import solve_knapsack
 from slidingserve.predictor import PrefillQueueProfile, predicted_time_at, time_to_budget
 
@@ -17,13 +18,20 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
-class ConstructorSettings:
-    max_tokens: int  # B_max, decodes included
-    quantum: int  # knapsack capacity cell, tokens
-    verify_rounds: int  # re-solves after a predicted overshoot
-    max_anchors: int  # anchors tried, by increasing slack
-    max_items: int  # knapsack items per anchor, first in queue order
-    leftover_fill: bool  # fill what the knapsack leaves with partial chunks
+class ConstructorConfig:
+    """The violation checker and the BatchConstructor (option `batch_constructor=true`)."""
+
+    max_anchors: int = 8  # risky requests tried as knapsack anchors, by increasing slack
+    max_knapsack_items: int = 64  # requests an anchor's knapsack chooses from (queue order)
+    knapsack_quantum: int = 1  # tokens per knapsack capacity cell (1 = exact)
+    verify_rounds: int = 3  # re-solves when the chosen batch is predicted over its limit
+    leftover_fill: bool = False  # fill what the knapsack leaves with partial chunks [beyond]
+
+    def __post_init__(self) -> None:
+        for name in ("max_anchors", "max_knapsack_items", "knapsack_quantum", "verify_rounds"):
+            require_int(name, getattr(self, name))
+        if not isinstance(self.leftover_fill, bool):
+            raise ValueError(f"leftover_fill must be true or false, got {self.leftover_fill!r}")
 
 
 class Selection(NamedTuple):
@@ -62,9 +70,10 @@ def knapsack_values(slacks: Sequence[float], remaining: Sequence[int]) -> list[f
 class BatchConstructor:
     """Chooses, among the candidate batch's prefills, a set that completes in time."""
 
-    def __init__(self, model: LatencyModel, settings: ConstructorSettings) -> None:
+    def __init__(self, model: LatencyModel, config: ConstructorConfig, max_tokens: int) -> None:
         self.model = model
-        self.settings = settings
+        self.config = config
+        self.max_tokens = max_tokens  # B_max, decodes included
 
     def select(
         self,
@@ -82,7 +91,7 @@ class BatchConstructor:
         """
         profile = _profile(decode_contexts, queue)
         best: Selection | None = None
-        for anchor in anchors[: self.settings.max_anchors]:
+        for anchor in anchors[: self.config.max_anchors]:
             chosen = self._for_anchor(decode_contexts, profile, queue, anchor, now, t_cur)
             if chosen is not None and (best is None or chosen.rank > best.rank):
                 best = chosen
@@ -98,7 +107,7 @@ class BatchConstructor:
             self.model,
             _profile(decode_contexts, ordered),
             selection.limit,
-            self.settings.max_tokens,
+            self.max_tokens,
         )
         return max(0, budget.prefill_tokens - selection.tokens) if budget.fits else 0
 
@@ -113,14 +122,14 @@ class BatchConstructor:
     ) -> Selection | None:
         anchor_slack = anchor.next_deadline - now
         limit = min(anchor_slack, t_cur)
-        budget = time_to_budget(self.model, profile, limit, self.settings.max_tokens)
+        budget = time_to_budget(self.model, profile, limit, self.max_tokens)
         capacity = budget.prefill_tokens - anchor.remaining_prefill
         if not budget.fits or capacity < 0:
             return None
         others = [r for r in queue if r is not anchor and r.next_deadline - now >= anchor_slack][
-            : self.settings.max_items
+            : self.config.max_knapsack_items
         ]
-        for _ in range(self.settings.verify_rounds):
+        for _ in range(self.config.verify_rounds):
             selection = self._solve(decode_contexts, anchor, others, capacity, now, limit)
             overshoot = selection.predicted_time - limit
             if overshoot <= 0:
@@ -141,7 +150,7 @@ class BatchConstructor:
     ) -> Selection:
         work = [r.remaining_prefill for r in others]
         values = knapsack_values([r.next_deadline - now for r in others], work) if others else []
-        solution = solve_knapsack(values, work, capacity, self.settings.quantum)
+        solution = solve_knapsack(values, work, capacity, self.config.knapsack_quantum)
         requests = (anchor, *(others[i] for i in solution.chosen))
         tokens = sum(r.remaining_prefill for r in requests)
         time = predicted_time_at(self.model, _profile(decode_contexts, requests), tokens)
@@ -150,7 +159,7 @@ class BatchConstructor:
     def _tokens_for(self, overshoot: float, selection: Selection) -> int:
         """Tokens to drop for `overshoot` seconds, at the selection's own tokens per second."""
         rate = selection.tokens / selection.predicted_time if selection.predicted_time > 0 else 0
-        return max(self.settings.quantum, math.ceil(overshoot * rate))
+        return max(self.config.knapsack_quantum, math.ceil(overshoot * rate))
 
 
 def _profile(decode_contexts: Sequence[int], queue: Sequence[Request]) -> PrefillQueueProfile:

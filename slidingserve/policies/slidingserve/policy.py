@@ -1,4 +1,5 @@
-"""The SlidingServe policy (SPEC §2): sort, check for risk, then chunk or construct."""
+"""The SlidingServe policy (SPEC §2): order (and triage) the prefill queue, check for risk,
+then construct or chunk; the named compositions it runs are in `compositions.py`."""
 
 from __future__ import annotations
 
@@ -9,24 +10,21 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 from slidingserve.core.batch import BatchShape
 from slidingserve.core.plan import Plan, PlanBuilder
 from slidingserve.core.request import Phase
-from slidingserve.policies.base import Policy, PolicyContext, build_config
-from slidingserve.policies.slidingserve.chunker import (
-    ChunkChoice,
-    QueueTimes,
-    paper_chunk,
-    window_chunk,
-)
+from slidingserve.policies.base import Policy, PolicyContext
+from slidingserve.policies.common import PrefillRateEma, cannot_finish_prefill
+from slidingserve.policies.slidingserve.budget import budget_windows, rounded_total, split_budget
+from slidingserve.policies.slidingserve.chunker import ChunkChoice, QueueTimes
+from slidingserve.policies.slidingserve.compositions import DESIGN, PAPER, SC_EDF, SC_MLPS
 from slidingserve.policies.slidingserve.config import SlidingServeConfig
 from slidingserve.policies.slidingserve.constructor import (
     BatchConstructor,
-    ConstructorSettings,
     Selection,
     risky_prefills,
 )
-from slidingserve.policies.slidingserve.mlps import edf_order, mlps_order
-from slidingserve.policies.slidingserve.overload import Triage, drop_largest, relegate_hopeless
+from slidingserve.policies.slidingserve.options import compose
+from slidingserve.policies.slidingserve.ordering import sort_queue
 from slidingserve.policies.slidingserve.stats import DecisionRecord, Stopwatch, TimedModel
-from slidingserve.policies.slidingserve.windows import decode_horizons
+from slidingserve.policies.slidingserve.triage import QueueTriage, RateSource
 from slidingserve.predictor import PrefillQueueProfile
 
 MAX_DECISIONS = 1_000_000
@@ -48,33 +46,16 @@ class Construction(NamedTuple):
 NO_CONSTRUCTION = Construction(None, False)
 
 
-DESIGN: Mapping[str, Any] = {
-    "sorter": "edf",
-    "lost_last": True,
-    "overload": "drop-largest",
-    "batch_constructor": False,
-    "chunker": "window",
-    "window": 1,
-    "token_quantum": 128,
-    "time_margin": 1.1,
-    "features": "rich",
-}
-"""The switches of `slidingserve`, chosen by measurement (README, "The design"): deadline
-order with lost requests last; Moore–Hodgson triage of the prefill queue; the greedy budget
-of the tightest decode slack ÷ 1.1, its total rounded down to a 128-token tile; the rich
-predictor. Every other switch is at the paper's setting."""
-
-
 class SlidingServePolicy(Policy):
-    """The policy family: a prefill order, an optional triage of hopeless prefills, the
-    violation checker and BatchConstructor when a prefill is at risk, else the
-    SlidingChunker's budget. As `slidingserve` it runs `DESIGN`; `slidingserve-paper` and
-    its ablations run the paper's switches."""
+    """The policy family, one composition of parts (`config.py`): the ordering of the
+    prefill queue, an optional triage of it, the violation checker and BatchConstructor
+    (when the composition has one) if a prefill is at risk, else the SlidingChunker's
+    budget. As `slidingserve` it runs `DESIGN`; each subclass names its own composition."""
 
     name = "slidingserve"
     config_type = SlidingServeConfig
     needs_predictor = True
-    preset: ClassVar[Mapping[str, Any]] = DESIGN  # the variant's switches, under user options
+    composition: ClassVar[SlidingServeConfig] = DESIGN  # what the name runs, before options
     config: SlidingServeConfig
 
     def __init__(self, config: SlidingServeConfig, context: PolicyContext) -> None:
@@ -85,31 +66,24 @@ class SlidingServePolicy(Policy):
         limit = context.limits.max_num_batched_tokens
         self.max_tokens = min(config.max_batch_tokens or limit, limit)
         self.model = TimedModel(predictor)
-        self.throughput = self._initial_throughput()
+        # ρ_t, prefill tokens per second, seeded from the predictor
+        self.rate = PrefillRateEma(self._initial_throughput(), config.throughput_decay)
         # Bounded: a server runs for days; the last MAX_DECISIONS iterations are kept.
         self.decisions: deque[DecisionRecord] = deque(maxlen=MAX_DECISIONS)
         # Iterations whose knapsack selection PlanBuilder could not grant in full (KV blocks,
         # admissions, batch-size cap), so the chunker planned them instead.
         self.constructor_fallbacks = 0
-        self.relegated: set[str] = set()  # ids relegated for good (overload="relegate")
-        self.constructor = BatchConstructor(
-            self.model,
-            ConstructorSettings(
-                self.max_tokens,
-                config.knapsack_quantum,
-                config.verify_rounds,
-                config.max_anchors,
-                config.max_knapsack_items,
-                config.leftover_fill,
-            ),
-        )
+        self.triage = QueueTriage(config.triage) if config.triage else None
+        self.constructor: BatchConstructor | None = None
+        if config.constructor is not None:
+            self.constructor = BatchConstructor(self.model, config.constructor, self.max_tokens)
 
     @classmethod
     def from_options(
         cls, context: PolicyContext, options: Mapping[str, Any] | None = None
     ) -> Policy:
-        merged = {**cls.preset, **(options or {})}
-        return cls(build_config(cls.config_type, merged, cls.name), context)
+        """`composition` changed by the flat `options` (`options.compose`)."""
+        return cls(compose(cls.composition, options or {}, cls.name), context)
 
     def schedule(self, view: SchedulerView) -> Plan:
         watch = Stopwatch(self.model)
@@ -127,14 +101,15 @@ class SlidingServePolicy(Policy):
         return plan
 
     def _decide(self, view: SchedulerView, watch: Stopwatch) -> Plan:
-        """Sort; the BatchConstructor's plan if a prefill is at risk and its selection can be
-        granted in full; else the SlidingChunker's."""
-        queue = watch.run("mlps", lambda: self._sorted_queue(view))
-        horizons = self._horizons(view)
+        """Order (and triage) the queue; the BatchConstructor's plan if a prefill is at risk
+        and its selection can be granted in full; else the SlidingChunker's."""
+        queue = watch.run("order", lambda: self._sorted_queue(view))
+        horizons = budget_windows(self.config.budget, view.decoding, view.now)
         construction = NO_CONSTRUCTION
-        if self.config.batch_constructor and queue:
+        constructor = self.constructor
+        if constructor is not None and queue:
             construction = watch.run(
-                "constructor", lambda: self._construct(view, queue, horizons[0])
+                "constructor", lambda: self._construct(constructor, view, queue, horizons[0])
             )
         if construction.plan is not None:
             return construction.plan
@@ -146,10 +121,7 @@ class SlidingServePolicy(Policy):
 
     def on_iteration_end(self, record: IterationRecord) -> None:
         """Fold the iteration's prefill throughput into the EMA ρ_t."""
-        tokens = record.shape.num_prefill_tokens
-        if tokens and record.duration > 0:
-            decay = self.config.throughput_decay
-            self.throughput = decay * self.throughput + (1 - decay) * tokens / record.duration
+        self.rate.observe(record.shape.num_prefill_tokens, record.duration)
 
     def _initial_throughput(self) -> float:
         """ρ_0 from the predictor: tokens per second of a full prefill-only batch."""
@@ -165,51 +137,25 @@ class SlidingServePolicy(Policy):
         return [
             r
             for r in view.waiting
-            if not r.protected
-            and not r.num_generated
-            and view.now + r.remaining_prefill / rate > r.next_deadline
+            if not r.protected and not r.num_generated and cannot_finish_prefill(r, view.now, rate)
         ]
 
-    def _horizons(self, view: SchedulerView) -> list[float]:
-        """The decode windows (SPEC §5), shrunk by `time_margin` and capped at
-        `iteration_cap` × the tightest L_tbt per window when those switches are on."""
-        config = self.config
-        horizons = decode_horizons(view.decoding, view.now, max(2, config.window))
-        if config.time_margin != 1:
-            horizons = [h / config.time_margin for h in horizons]
-        if config.iteration_cap and view.decoding:
-            step = config.iteration_cap * min(r.slo.tbt for r in view.decoding)
-            horizons = [min(h, (j + 1) * step) for j, h in enumerate(horizons)]
-        return horizons
-
     def _sorted_queue(self, view: SchedulerView) -> list[Request]:
+        """The prefill queue in the ordering's order, requests the triage gives up last."""
         candidates = view.prefill_candidates()
-        config = self.config
-        if config.sorter == "edf":
-            queue = edf_order(candidates)
-            if config.lost_last:
-                queue = [r for r in queue if r.next_deadline > view.now] + [
-                    r for r in queue if r.next_deadline <= view.now
-                ]
-        else:
-            queue = mlps_order(candidates, view.now, self.throughput, config.alpha, config.epsilon)
-        if config.overload == "none":
+        queue = sort_queue(self.config.ordering, candidates, view.now, self.rate.value)
+        if self.triage is None:
             return queue
-        triage = self._triage(view, queue)
+        rate = self._triage_rate(view, self.triage.config.rate)
+        triage = self.triage.split(queue, view.now, rate)
         return triage.keep + triage.give_up
 
-    def _triage(self, view: SchedulerView, queue: list[Request]) -> Triage:
-        rate = self._triage_rate(view)
-        if self.config.overload == "relegate":
-            self.relegated &= {r.request_id for r in queue}
-            return relegate_hopeless(queue, view.now, rate, self.relegated)
-        return drop_largest(queue, view.now, rate)
-
-    def _triage_rate(self, view: SchedulerView) -> float:
+    def _triage_rate(self, view: SchedulerView, source: RateSource) -> float:
         """Prefill tokens per second the triage assumes: the observed EMA ρ_t, or what the
-        predictor gives for iterations of the tightest L_tbt beside today's decodes."""
-        if self.config.triage_rate == "ema" or not view.decoding:
-            return self.throughput
+        predictor gives for iterations of the tightest L_tbt beside today's decodes (0 when
+        the decodes alone fill that time)."""
+        if source == "ema" or not view.decoding:
+            return self.rate.value
         tbt = min(r.slo.tbt for r in view.decoding)
         profile = PrefillQueueProfile(
             [r.num_computed for r in view.decoding], [(self.max_tokens, 0)]
@@ -218,7 +164,13 @@ class SlidingServePolicy(Policy):
         tokens = times.tokens_within(tbt)
         return (tokens or 0) / tbt
 
-    def _construct(self, view: SchedulerView, queue: list[Request], t_cur: float) -> Construction:
+    def _construct(
+        self,
+        constructor: BatchConstructor,
+        view: SchedulerView,
+        queue: list[Request],
+        t_cur: float,
+    ) -> Construction:
         """The BatchConstructor's plan if the candidate batch puts a live prefill at risk.
 
         The knapsack knows the token budget but not the KV blocks, the admissions or the
@@ -230,10 +182,10 @@ class SlidingServePolicy(Policy):
         if not anchors:
             return NO_CONSTRUCTION
         contexts = [r.num_computed for r in view.decoding]
-        selection = self.constructor.select(contexts, queue, anchors, view.now, t_cur)
+        selection = constructor.select(contexts, queue, anchors, view.now, t_cur)
         if selection is None:
             return NO_CONSTRUCTION
-        plan = self._selection_plan(view, queue, selection)
+        plan = self._selection_plan(constructor, view, queue, selection)
         if not grants_in_full(plan, selection):
             return Construction(None, fallback=True)
         return Construction(plan, fallback=False)
@@ -250,26 +202,28 @@ class SlidingServePolicy(Policy):
         return risky_prefills(prefills, view.now, t_full)
 
     def _selection_plan(
-        self, view: SchedulerView, queue: Sequence[Request], selection: Selection
+        self,
+        constructor: BatchConstructor,
+        view: SchedulerView,
+        queue: Sequence[Request],
+        selection: Selection,
     ) -> Plan:
         builder = PlanBuilder(view, self.max_tokens)
         builder.add_decodes(view.decoding)
         for request in selection.requests:
             builder.add(request, request.remaining_prefill)
-        if self.config.leftover_fill:
+        if constructor.config.leftover_fill:
             contexts = [r.num_computed for r in view.decoding]
-            extra = self.constructor.leftover(contexts, queue, selection)
+            extra = constructor.leftover(contexts, queue, selection)
             builder.tokens_left = min(builder.tokens_left, extra)
             chosen = set(map(id, selection.requests))
             builder.add_prefills(r for r in queue if id(r) not in chosen)
         return builder.build("constructor")
 
     def _chunk(self, view: SchedulerView, queue: list[Request], horizons: list[float]) -> Plan:
+        """The SlidingChunker's plan: every decode, then the queue greedily up to the budget."""
         choice = self._chunk_choice(view, queue, horizons)
-        total = len(view.decoding) + choice.prefill_tokens
-        quantum = self.config.token_quantum
-        if quantum and total >= quantum and choice.prefill_tokens:
-            total = max(len(view.decoding), total - total % quantum)
+        total = rounded_total(self.config.budget, len(view.decoding), choice.prefill_tokens)
         builder = PlanBuilder(view, total)
         builder.add_decodes(view.decoding)
         builder.add_prefills(queue)
@@ -286,11 +240,7 @@ class SlidingServePolicy(Policy):
             max_requests=max(0, view.limits.max_num_seqs - len(view.decoding)),
         )
         times = QueueTimes(self.model, profile, self.max_tokens)
-        if self.config.chunker == "fixed":
-            return ChunkChoice(times.max_prefill, "fixed")
-        if self.config.chunker == "window":
-            return window_chunk(times, horizons[: self.config.window])
-        return paper_chunk(times, horizons[:2])
+        return split_budget(self.config.budget.rule, times, horizons)
 
 
 def grants_in_full(plan: Plan, selection: Selection) -> bool:
@@ -300,22 +250,21 @@ def grants_in_full(plan: Plan, selection: Selection) -> bool:
 
 
 class SlidingServePaperPolicy(SlidingServePolicy):
-    """The paper's algorithm (SPEC §2–§6): MLPS order, the violation checker and
-    BatchConstructor, the SlidingChunker's ternary split, the paper's seven features."""
+    """The paper's algorithm (`PAPER`)."""
 
     name = "slidingserve-paper"
-    preset: ClassVar[Mapping[str, Any]] = {}
+    composition: ClassVar[SlidingServeConfig] = PAPER
 
 
-class SlidingChunkerEdfPolicy(SlidingServePaperPolicy):
-    """Ablation: Sarathi-EDF's order with the SlidingChunker for the budget."""
+class SlidingChunkerEdfPolicy(SlidingServePolicy):
+    """The paper's ablation `SC_EDF`: Sarathi-EDF's order with the SlidingChunker."""
 
     name = "slidingserve-sc"
-    preset: ClassVar[Mapping[str, Any]] = {"sorter": "edf", "batch_constructor": False}
+    composition: ClassVar[SlidingServeConfig] = SC_EDF
 
 
-class SlidingChunkerMlpsPolicy(SlidingServePaperPolicy):
-    """Ablation: MLPS and the SlidingChunker, no BatchConstructor."""
+class SlidingChunkerMlpsPolicy(SlidingServePolicy):
+    """The paper's ablation `SC_MLPS`: MLPS and the SlidingChunker, no BatchConstructor."""
 
     name = "slidingserve-sc-mlps"
-    preset: ClassVar[Mapping[str, Any]] = {"batch_constructor": False}
+    composition: ClassVar[SlidingServeConfig] = SC_MLPS

@@ -26,7 +26,7 @@ class DecisionRecord(NamedTuple):
     predicted_time: float | None  # seconds, the predictor's time for the chosen batch
     total_tokens: int  # tokens planned, decodes included
     num_decodes: int
-    mlps_s: float  # sorting the queue
+    order_s: float  # ordering (and triaging) the prefill queue
     predictor_s: float  # every predictor call
     predictor_calls: int
     chunker_s: float  # SlidingChunker and the plan it fills
@@ -80,7 +80,7 @@ class Stopwatch:
             predicted,
             tokens,
             decodes,
-            self.spent.get("mlps", 0.0),
+            self.spent.get("order", 0.0),
             self.model.seconds - self._predictor_seconds,
             self.model.calls - self._predictor_calls,
             self.spent.get("chunker", 0.0),

@@ -1,4 +1,5 @@
-"""QoServe's prefill priority, eager relegation and throughput estimate."""
+"""QoServe's prefill priority and its end-to-end SLO conversion (its relegation and rate
+estimate are tested with `policies.common`)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,7 @@ import pytest
 from factories import make_request
 
 from slidingserve.core import Phase, Request
-from slidingserve.policies.qoserve.priority import (
-    Relegation,
-    ThroughputEma,
-    cannot_meet_ttft,
-    priority_key,
-    ttft_from_e2e,
-)
+from slidingserve.policies.qoserve.priority import priority_key, ttft_from_e2e
 
 
 def prefill_order(
@@ -61,68 +56,6 @@ def test_a_preempted_request_is_ordered_by_the_deadline_of_its_next_token() -> N
     fresh = make_request("f", arrival=1.0, ttft=1.0, prompt=100)
     assert preempted.remaining_prefill == 120
     assert ids(prefill_order([preempted, fresh], set(), 0.008)) == ["f", "p"]
-
-
-@pytest.mark.parametrize(
-    ("prompt", "expected"),
-    [(999, False), (1000, False), (1001, True)],  # 1 s to the deadline at 1000 tok/s
-)
-def test_cannot_meet_ttft_is_a_strict_inequality(prompt: int, expected: bool) -> None:
-    request = make_request(arrival=0.0, ttft=1.5, prompt=prompt)
-    assert cannot_meet_ttft(request, now=0.5, throughput=1000.0) is expected
-
-
-def test_no_throughput_means_no_deadline_can_be_met() -> None:
-    assert cannot_meet_ttft(make_request(ttft=100.0, prompt=1), now=0.0, throughput=0.0)
-
-
-class TestRelegation:
-    def test_only_unstarted_hopeless_requests_are_relegated(self) -> None:
-        hopeful = make_request("hopeful", ttft=1.0, prompt=500)  # 0.5 s at 1000 tok/s
-        hopeless = make_request("hopeless", ttft=1.0, prompt=2000)  # 2 s
-        started = make_request("started", ttft=1.0, prompt=2000, computed=1)  # 1.999 s
-        relegation = Relegation()
-        newly = [
-            r
-            for r in (hopeful, hopeless, started)
-            if relegation.relegate_if_hopeless(r, 0.0, 1000.0)
-        ]
-        assert ids(newly) == ["hopeless"]
-        assert set(relegation.ids) == {"hopeless"}
-
-    def test_a_request_is_relegated_once_and_stays_relegated(self) -> None:
-        request = make_request("r", ttft=1.0, prompt=2000)
-        relegation = Relegation()
-        assert relegation.relegate_if_hopeless(request, 0.0, 1000.0)
-        assert not relegation.relegate_if_hopeless(request, 0.5, 10.0)  # not again
-        assert not relegation.relegate_if_hopeless(request, 0.0, 1e9)  # nor undone
-        assert "r" in relegation.ids
-
-    def test_ids_of_departed_requests_are_forgotten(self) -> None:
-        stays, leaves = make_request("stays", prompt=5000), make_request("leaves", prompt=5000)
-        relegation = Relegation()
-        for request in (stays, leaves):
-            relegation.relegate_if_hopeless(request, 0.0, 1000.0)
-        relegation.forget_departed(([stays], []))
-        assert set(relegation.ids) == {"stays"}
-
-
-class TestThroughputEma:
-    def test_one_step(self) -> None:
-        ema = ThroughputEma(8500.0, 0.995)
-        ema.observe(1000, 0.05)  # 20,000 tok/s observed
-        assert ema.value == pytest.approx(0.995 * 8500 + 0.005 * 20_000)  # 8557.5
-
-    def test_a_step_without_prefill_tokens_is_not_observed(self) -> None:
-        ema = ThroughputEma(8500.0, 0.995)
-        for _ in range(300):
-            ema.observe(0, 0.02)
-        assert ema.value == 8500.0
-
-    def test_a_step_without_time_is_skipped(self) -> None:
-        ema = ThroughputEma(8500.0, 0.995)
-        ema.observe(100, 0.0)
-        assert ema.value == 8500.0
 
 
 def test_end_to_end_slo_to_ttft() -> None:

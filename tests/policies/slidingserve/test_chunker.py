@@ -116,7 +116,7 @@ def test_two_windows_beat_greedy_on_a_convex_model() -> None:
 
 
 def test_a_bad_window_count_is_rejected() -> None:
-    from slidingserve.policies.slidingserve.config import SlidingServeConfig
+    from slidingserve.policies.slidingserve.budget import WindowSplit
 
-    with pytest.raises(ValueError, match="window"):
-        SlidingServeConfig(window=5)
+    with pytest.raises(ValueError, match="window must be 1, 2, 3 or 4"):
+        WindowSplit(5)

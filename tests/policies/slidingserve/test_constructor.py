@@ -12,7 +12,7 @@ from factories import TokenLinearModel, make_request
 from slidingserve.core import Request
 from slidingserve.policies.slidingserve.constructor import (
     BatchConstructor,
-    ConstructorSettings,
+    ConstructorConfig,
     Selection,
     knapsack_values,
     risky_prefills,
@@ -44,10 +44,8 @@ def ids(requests: Sequence[Request]) -> list[str]:
     return [r.request_id for r in requests]
 
 
-def settings(
-    rounds: int = 3, quantum: int = 1, max_tokens: int = 2048, leftover_fill: bool = False
-) -> ConstructorSettings:
-    return ConstructorSettings(max_tokens, quantum, rounds, 8, 64, leftover_fill)
+def settings(rounds: int = 3, quantum: int = 1) -> ConstructorConfig:
+    return ConstructorConfig(knapsack_quantum=quantum, verify_rounds=rounds)
 
 
 class TestRiskyPrefills:
@@ -125,7 +123,7 @@ class TestVerifyRounds:
             return solve_knapsack(values, weights, capacity, quantum)
 
         monkeypatch.setattr(f"{BatchConstructor.__module__}.solve_knapsack", spy)
-        built = BatchConstructor(CachedTokensModel(per_cached), settings(rounds, quantum))
+        built = BatchConstructor(CachedTokensModel(per_cached), settings(rounds, quantum), 2048)
         return built.select([], queue, queue[:1], 0.0, math.inf), capacities
 
     def test_an_overshoot_shrinks_by_its_tokens_at_the_selections_rate(
@@ -203,7 +201,7 @@ class TestLeftover:
         z = make_request("z", prompt=300)
         x = make_request("x", prompt=rest)
         selection = Selection(a, (a, z), 1.0, 400, 0.014, limit)
-        built = BatchConstructor(AFFINE, settings(max_tokens=max_tokens, leftover_fill=True))
+        built = BatchConstructor(AFFINE, settings(), max_tokens)
         return built.leftover([50] * decodes, [x, z, a], selection)
 
     def test_fills_up_to_the_limit(self) -> None:

@@ -130,7 +130,7 @@ def test_leftover_fill_gives_the_next_request_a_partial_chunk() -> None:
     assert plan.predicted_time == pytest.approx(0.01525)
 
 
-class TestThroughputEma:
+class TestPrefillRateEma:
     """ρ ← decay·ρ + (1 − decay)·(prefill tokens / duration); decay 0.9 by default."""
 
     def record(
@@ -141,14 +141,14 @@ class TestThroughputEma:
 
     def updated(self, throughput: float, *records: IterationRecord, **options: Any) -> float:
         sliding = policy(EngineLimits(), **options)
-        sliding.throughput = throughput
+        sliding.rate.value = throughput
         for record in records:
             sliding.on_iteration_end(record)
-        return sliding.throughput
+        return sliding.rate.value
 
     def test_seeded_from_a_full_prefill_batch(self) -> None:
         # 2048 tokens in 10 ms + 20.48 ms: 2048 / 0.03048 = 67 191.6 tok/s.
-        assert policy(EngineLimits()).throughput == pytest.approx(67_191.6, abs=0.1)
+        assert policy(EngineLimits()).rate.value == pytest.approx(67_191.6, abs=0.1)
 
     def test_moves_a_tenth_of_the_way_to_the_observed_rate(self) -> None:
         # 200 + 300 prefill tokens in 0.25 s = 2000 tok/s: 0.9·1000 + 0.1·2000 = 1100.

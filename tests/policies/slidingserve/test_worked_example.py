@@ -7,7 +7,7 @@ from factories import TokenLinearModel, make_decoding, make_request, make_view
 
 from slidingserve.core import EngineLimits, Request, SchedulerView
 from slidingserve.policies import PolicyContext, make_policy
-from slidingserve.policies.slidingserve.mlps import mlps_order
+from slidingserve.policies.slidingserve.ordering import mlps_order
 
 NOW = 0.050
 # Linear in batch tokens, through the notes' figures: TimeToBudget(40 ms) = 1600 tokens and
@@ -61,7 +61,7 @@ def test_batch_constructor_picks_r1_r3_r5_and_the_decodes() -> None:
     # decision that the constructor also respects decode deadlines; with 45 ms the limit is
     # r1's 40 ms, as in the notes' arithmetic.
     policy = make_policy("slidingserve-paper", PolicyContext(EngineLimits(), STUB))
-    policy.throughput = 5000.0  # type: ignore[attr-defined]
+    policy.rate.value = 5000.0  # type: ignore[attr-defined]
     plan = policy.schedule(example_view(decode_slack=0.045))
     chosen = sorted(c.request.request_id for c in plan.chunks if c.request.request_id[0] != "d")
     assert plan.path == "constructor"
@@ -76,7 +76,7 @@ def test_a_tighter_decode_deadline_caps_the_constructed_batch() -> None:
     # T_cur = 30 ms: TimeToBudget(30 ms) = 704 tokens, C = 696; after r1 only 196 remain,
     # too few for r3 (200) or r5 (300).
     policy = make_policy("slidingserve-paper", PolicyContext(EngineLimits(), STUB))
-    policy.throughput = 5000.0  # type: ignore[attr-defined]
+    policy.rate.value = 5000.0  # type: ignore[attr-defined]
     plan = policy.schedule(example_view(decode_slack=0.030))
     prefills = [c.request.request_id for c in plan.chunks if c.tokens > 1]
     assert plan.path == "constructor"

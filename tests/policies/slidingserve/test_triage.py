@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from factories import make_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slidingserve.core.request import Request
-from slidingserve.policies.slidingserve.overload import drop_largest, relegate_hopeless
+from slidingserve.policies.common import Relegation
+from slidingserve.policies.slidingserve.triage import (
+    QueueTriage,
+    Triage,
+    TriageConfig,
+    TriageRule,
+    drop_largest,
+    relegate_hopeless,
+)
 
 RATE = 1000.0  # prefill tokens per second: a request of r tokens takes r ms
 
@@ -55,9 +64,20 @@ def test_protected_requests_are_never_given_up() -> None:
     assert triage.give_up == [small]
 
 
-def test_no_rate_keeps_everything() -> None:
-    queue = queue_of([(100, 0.01), (100, 0.02)])
-    assert drop_largest(queue, 0.0, 0.0).keep == queue
+def test_drop_largest_needs_a_positive_rate() -> None:
+    with pytest.raises(ValueError, match="positive rate"):
+        drop_largest(queue_of([(100, 0.01)]), 0.0, 0.0)
+
+
+@pytest.mark.parametrize("rule", ["drop-largest", "relegate"])
+def test_at_zero_rate_the_triage_gives_up_nothing(rule: TriageRule) -> None:
+    # A late request and a hopeless one: given up at any positive rate, kept at ρ = 0
+    # (the decodes fill the window for now; relegating for good on that would be wrong).
+    late = make_request("late", prompt=50, ttft=0.1)
+    hopeless = make_request("hopeless", prompt=5000, ttft=1.0)
+    triage = QueueTriage(TriageConfig(rule))
+    assert triage.split([late, hopeless], 0.5, 0.0) == Triage([late, hopeless], [])
+    assert triage.split([late, hopeless], 0.5, RATE) == Triage([], [late, hopeless])
 
 
 jobs = st.lists(
@@ -89,11 +109,30 @@ def test_relegation_is_for_good_and_only_for_requests_not_started() -> None:
     hopeless = make_request("hopeless", prompt=2000, ttft=1.0)
     started = make_request("started", prompt=2000, ttft=1.0, computed=100)
     fine = make_request("fine", prompt=100, ttft=1.0)
-    relegated: set[str] = set()
-    triage = relegate_hopeless([hopeless, started, fine], 0.0, RATE, relegated)
+    relegation = Relegation()
+    triage = relegate_hopeless([hopeless, started, fine], 0.0, RATE, relegation)
     assert triage.keep == [started, fine]
     assert triage.give_up == [hopeless]
-    assert relegated == {"hopeless"}
+    assert set(relegation.ids) == {"hopeless"}
     # Still relegated when it would now fit: relegation is never undone.
-    again = relegate_hopeless([hopeless, fine], 0.0, 1e9, relegated)
+    again = relegate_hopeless([hopeless, fine], 0.0, 1e9, relegation)
     assert again.give_up == [hopeless]
+
+
+def test_protected_requests_are_never_relegated() -> None:
+    vip = make_request("vip", prompt=2000, ttft=1.0, protected=True)
+    assert relegate_hopeless([vip], 0.0, RATE, Relegation()).keep == [vip]
+
+
+def test_the_queue_triage_forgets_requests_that_left_the_queue() -> None:
+    # Relegated while waiting; once it has left the prefill queue its id is dropped.
+    hopeless = make_request("hopeless", prompt=2000, ttft=1.0)
+    triage = QueueTriage(TriageConfig("relegate"))
+    assert triage.split([hopeless], 0.0, RATE).give_up == [hopeless]
+    triage.split([], 0.0, RATE)
+    assert not triage.relegation.ids
+
+
+def test_no_triage_is_not_a_triage_rule() -> None:
+    with pytest.raises(ValueError, match="unknown triage rule 'none'"):
+        TriageConfig("none")  # type: ignore[arg-type]

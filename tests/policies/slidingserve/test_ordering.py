@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from factories import make_request
 
-from slidingserve.policies.slidingserve.mlps import edf_order, mlps_order, urgency
+from slidingserve.policies.slidingserve.ordering import edf_order, mlps_order, urgency
 
 
 def ids(requests: list) -> list[str]:  # type: ignore[type-arg]

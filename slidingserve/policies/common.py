@@ -1,0 +1,93 @@
+"""Rules more than one policy applies, each written once: the earliest-deadline order, the
+test of a prefill that cannot finish by its deadline at a given rate, eager relegation
+(QoServe's, also a SlidingServe triage) and the prefill-rate EMA.
+
+**A rate of zero.** `prefill_seconds` reads ρ = 0 as what it says, no prefill progress: a
+request with prompt tokens left never finishes (infinite time), one with none left
+finishes now. So `cannot_finish_prefill` is true at ρ = 0 for every request with prefill
+left. Who can meet a zero rate:
+
+- QoServe never does: its ρ_EMA starts positive (the config requires it) and only folds in
+  positive observations.
+- SlidingServe's admission control never does: it uses the predictor's rate of a full
+  prefill batch, which is positive.
+- SlidingServe's triage does with `triage_rate=predicted` when the decodes alone fill the
+  tightest TBT window. That is a passing moment, not a verdict on the queue, and relegation
+  is for good, so the triage steps aside for that iteration (`triage.QueueTriage`) rather
+  than give up every request.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable, Sequence
+
+    from slidingserve.core.request import Request
+
+
+def deadline_key(request: Request) -> tuple[float, float]:
+    """EDF sort key: the deadline of the request's next token (its TTFT deadline until it
+    emits a token), ties by arrival; seconds."""
+    return (request.next_deadline, request.arrival)
+
+
+def prefill_seconds(remaining: int, rate: float) -> float:
+    """Seconds to compute `remaining` prefill tokens at `rate` tokens per second; at a rate
+    of zero, infinite with tokens left and 0 without (see the module's note)."""
+    if rate > 0:
+        return remaining / rate
+    return math.inf if remaining > 0 else 0.0
+
+
+def cannot_finish_prefill(request: Request, now: float, rate: float) -> bool:
+    """Whether `request`'s remaining prefill, run from `now` at `rate` tokens/s with nothing
+    else, ends after the deadline of its next token: now + r / ρ > deadline."""
+    return now + prefill_seconds(request.remaining_prefill, rate) > request.next_deadline
+
+
+class Relegation:
+    """Eager relegation (QoServe): the ids of requests judged hopeless before they started.
+    A request is relegated at most once and stays relegated while it is present."""
+
+    def __init__(self) -> None:
+        self._ids: set[str] = set()
+
+    @property
+    def ids(self) -> Collection[str]:
+        return self._ids
+
+    def relegate_if_hopeless(self, request: Request, now: float, rate: float) -> bool:
+        """Relegate `request` if it has not started (nothing cached), was never relegated
+        and cannot finish its prefill by its deadline at `rate` tokens/s; return whether
+        it was."""
+        if (
+            request.num_computed == 0
+            and request.request_id not in self._ids
+            and cannot_finish_prefill(request, now, rate)
+        ):
+            self._ids.add(request.request_id)
+            return True
+        return False
+
+    def forget_departed(self, present: Sequence[Iterable[Request]]) -> None:
+        """Drop the ids of requests in none of the `present` queues."""
+        if self._ids:
+            self._ids &= {r.request_id for queue in present for r in queue}
+
+
+class PrefillRateEma:
+    """The observed prefill rate, tokens per second: an EMA over the iterations that
+    computed prefill tokens (an iteration without any leaves it as it is)."""
+
+    def __init__(self, initial: float, decay: float) -> None:
+        self.value = initial  # tokens per second
+        self.decay = decay  # weight of the old value at each observed iteration, in [0, 1)
+
+    def observe(self, prefill_tokens: int, seconds: float) -> None:
+        """Fold in one iteration: `prefill_tokens` computed in `seconds`. An iteration
+        without prefill tokens or without time is skipped."""
+        if prefill_tokens > 0 and seconds > 0:
+            self.value = self.decay * self.value + (1 - self.decay) * prefill_tokens / seconds

@@ -1,0 +1,108 @@
+"""The budget part: how many tokens a batch gets when the BatchConstructor does not plan it.
+
+A split rule (the paper's ternary split of two windows, the exact window-k optimum, or the
+fixed B_max), the decode windows it works in (shrunk by `time_margin`, capped by
+`iteration_cap`) and the tile the batch total is rounded down to (`token_quantum`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from slidingserve.core.checks import require_int, require_number
+from slidingserve.policies.slidingserve.chunker import ChunkChoice, paper_chunk, window_chunk
+from slidingserve.policies.slidingserve.windows import decode_horizons
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from slidingserve.core.request import Request
+    from slidingserve.policies.slidingserve.chunker import QueueTimes
+
+MAX_WINDOWS = 4  # the exact window-k search is written for k ≤ 4
+
+
+@dataclass(frozen=True, slots=True)
+class PaperSplit:
+    """The paper's SlidingChunker (option `chunker=paper`, SPEC §5): the budget of two
+    windows split by ternary search, the larger part run now."""
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSplit:
+    """The most tokens over k windows, exactly [beyond] (option `chunker=window`)."""
+
+    k: int = 2  # windows (option `window`): 1 = greedy, 2 = exact two-window, 3, 4
+
+    def __post_init__(self) -> None:
+        require_int("window", self.k)
+        if self.k > MAX_WINDOWS:
+            raise ValueError(f"window must be 1, 2, 3 or 4, got {self.k}")
+
+
+@dataclass(frozen=True, slots=True)
+class FixedSplit:
+    """B_max at every iteration, decode deadlines ignored (option `chunker=fixed`)."""
+
+
+SplitRule = PaperSplit | WindowSplit | FixedSplit
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetConfig:
+    """The token budget of a batch the SlidingChunker plans."""
+
+    rule: SplitRule  # how the decode windows become a budget
+    # The decode windows (seconds) are divided by this (≥ 1) before a budget is sized; the
+    # BatchConstructor's T_cur is the first of them
+    time_margin: float = 1.0
+    # > 0: no window ends past (j + 1) × this × the tightest L_tbt (a per-gap stall cap)
+    iteration_cap: float = 0.0
+    # > 0: batch totals, decodes included, rounded down to a multiple of this many tokens
+    # (a tile). The BatchConstructor's plans (whole prefills) are not rounded.
+    token_quantum: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.rule, PaperSplit | WindowSplit | FixedSplit):
+            raise ValueError(f"unknown budget rule {self.rule!r}")
+        require_number("time_margin", self.time_margin, 1)
+        require_number("iteration_cap", self.iteration_cap, 0)
+        require_int("token_quantum", self.token_quantum, 0)
+
+    @property
+    def shapes_windows(self) -> bool:
+        """Whether the margin or the cap changes the decode windows."""
+        return self.time_margin != 1 or self.iteration_cap != 0
+
+
+def budget_windows(budget: BudgetConfig, decoding: Sequence[Request], now: float) -> list[float]:
+    """The cumulative decode windows (SPEC §5), seconds from `now`: at least two, k with the
+    window rule; shrunk by `time_margin` and capped by `iteration_cap` when set."""
+    k = budget.rule.k if isinstance(budget.rule, WindowSplit) else 2
+    horizons = decode_horizons(decoding, now, max(2, k))
+    if budget.time_margin != 1:
+        horizons = [h / budget.time_margin for h in horizons]
+    if budget.iteration_cap and decoding:
+        step = budget.iteration_cap * min(r.slo.tbt for r in decoding)
+        horizons = [min(h, (j + 1) * step) for j, h in enumerate(horizons)]
+    return horizons
+
+
+def split_budget(rule: SplitRule, times: QueueTimes, horizons: Sequence[float]) -> ChunkChoice:
+    """The prefill tokens of the queue to run now under `rule`."""
+    if isinstance(rule, FixedSplit):
+        return ChunkChoice(times.max_prefill, "fixed")
+    if isinstance(rule, WindowSplit):
+        return window_chunk(times, horizons[: rule.k])
+    return paper_chunk(times, horizons[:2])
+
+
+def rounded_total(budget: BudgetConfig, num_decodes: int, prefill_tokens: int) -> int:
+    """The batch total, decodes included, rounded down to `token_quantum` when it has
+    prefill tokens and reaches one tile (never below the decodes alone)."""
+    total = num_decodes + prefill_tokens
+    quantum = budget.token_quantum
+    if quantum and total >= quantum and prefill_tokens:
+        total = max(num_decodes, total - total % quantum)
+    return total
