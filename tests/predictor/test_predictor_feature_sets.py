@@ -28,8 +28,8 @@ from slidingserve.predictor import (
     time_to_budget,
 )
 from slidingserve.predictor.calibration import calibration_of, fit_batches
+from slidingserve.sim.calibration import profile_batches
 from slidingserve.sim.hardware import HardwareConfig
-from slidingserve.sim.profiling import profile_batches
 
 RICH_WIDTH = feature_set("rich").width
 

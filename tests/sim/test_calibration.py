@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from slidingserve.core import EngineLimits
+from slidingserve.sim.calibration import profile_batches
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig
-from slidingserve.sim.profiling import profile_batches
 
 
 def factors(seconds: list[float], expected: list[float]) -> np.ndarray:

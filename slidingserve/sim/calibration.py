@@ -53,7 +53,3 @@ def profile_ground_truth(
 def calibrate(hardware: HardwareConfig, limits: EngineLimits, seed: int = 0) -> Calibration:
     """The timed batches and the fitted predictor, for every policy of a run to share."""
     return calibration_of(profile_batches(hardware, limits, seed=seed), seed)
-
-
-def hardware_label(hardware: HardwareConfig) -> str:
-    return f"{hardware.gpu}-tp{hardware.tp}"
