@@ -23,17 +23,20 @@ def _positive(text: str) -> float:
     return value
 
 
+DESCRIPTION = (
+    "Sends the simulator's workload (lengths scaled to the model's context) to URL's "
+    "/v1/completions as streamed requests with their SLO in vllm_xargs, and reports "
+    "TTFT/TPOT/ITL/e2e, SLO violations and goodput. Ctrl-C stops it and still writes "
+    "what was measured."
+)
+
+
 def add_parser(commands: Any) -> None:
     """Add `bench` to the `slidingserve` subcommands."""
     bench = commands.add_parser(
         "bench",
         help="replay a workload against an OpenAI-compatible server: latencies, SLO violations",
-        description=(
-            "Sends the simulator's workload (lengths scaled to the model's context) to URL's "
-            "/v1/completions as streamed requests with their SLO in vllm_xargs, and reports "
-            "TTFT/TPOT/ITL/e2e, SLO violations and goodput. Ctrl-C stops it and still writes "
-            "what was measured."
-        ),
+        description=DESCRIPTION,
     )
     bench.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
     bench.add_argument("--model", help="served model name (default: the first of /v1/models)")
@@ -48,25 +51,43 @@ def add_parser(commands: Any) -> None:
     )
     bench.add_argument("--seed", type=int, default=cfg.SEED)
     bench.add_argument("--requests", type=int, help=f"requests to send ({cfg.BENCH_REQUESTS})")
-    bench.add_argument(
-        "--duration", type=_positive, default=600.0, help="stop sending after S seconds (600)"
-    )
-    bench.add_argument("--timeout", type=_positive, default=300.0, help="seconds per request (300)")
-    bench.add_argument("--max-model-len", type=int, help="context (default: from /v1/models)")
-    bench.add_argument("--vocab-size", type=int, default=1000, help="prompt ids < this (1000)")
-    bench.add_argument(
-        "--no-xargs", action="store_true", help="send neither vllm_xargs nor return_token_ids"
-    )
-    bench.add_argument(
-        "--priority-from-slo",
-        action="store_true",
-        help="send vLLM's priority = TTFT deadline in ms (server: --scheduling-policy priority)",
-    )
+    _add_request_flags(bench)
     _add_workload_flags(bench)
     bench.add_argument("--out", type=Path, default=cfg.BENCH_OUT)
     bench.add_argument("--no-plot", action="store_true", help="no PNG beside the JSON")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     bench.set_defaults(handler=run)
+
+
+def _add_request_flags(parser: argparse.ArgumentParser) -> None:
+    """How long to send, how long a request may take, and what each request carries."""
+    parser.add_argument(
+        "--duration",
+        type=_positive,
+        default=cfg.BENCH_DURATION,
+        help=f"stop sending after S seconds ({cfg.BENCH_DURATION:g})",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive,
+        default=cfg.BENCH_TIMEOUT,
+        help=f"seconds per request ({cfg.BENCH_TIMEOUT:g})",
+    )
+    parser.add_argument("--max-model-len", type=int, help="context (default: from /v1/models)")
+    parser.add_argument(
+        "--vocab-size",
+        type=int,
+        default=cfg.BENCH_VOCAB_SIZE,
+        help=f"prompt ids < this ({cfg.BENCH_VOCAB_SIZE})",
+    )
+    parser.add_argument(
+        "--no-xargs", action="store_true", help="send neither vllm_xargs nor return_token_ids"
+    )
+    parser.add_argument(
+        "--priority-from-slo",
+        action="store_true",
+        help="send vLLM's priority = TTFT deadline in ms (server: --scheduling-policy priority)",
+    )
 
 
 def _add_workload_flags(parser: argparse.ArgumentParser) -> None:

@@ -67,7 +67,10 @@ def _add_workload_flags(parser: argparse.ArgumentParser) -> None:
         help="the workload is this trace file (repeatable; see simulate --help)",
     )
     parser.add_argument("--trace-columns", help="prompt=COL,output=COL,time=COL,time_unit=s|ms")
-    parser.add_argument("--arrival", help="poisson (default), or trace: replay the --trace files")
+    parser.add_argument(
+        "--arrival",
+        help=f"{cfg.ARRIVAL.process} (default), or trace: replay the --trace files",
+    )
     parser.add_argument(
         "--requests", type=int, default=cfg.COMPARE_REQUESTS, help="requests per run"
     )

@@ -12,7 +12,7 @@ from slidingserve.cli.flags import add_setup_flags
 from slidingserve.predictor import FEATURE_SETS, FitResult, PredictorMetadata, save_predictor
 from slidingserve.predictor.calibration import fit_batches
 from slidingserve.predictor.steps import load_engine_steps
-from slidingserve.sim.calibration import profile_batches
+from slidingserve.sim.calibration import time_batches
 from slidingserve.sim.hardware import hardware_label
 
 
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         settings = cfg.settings_from(args)
         config = cfg.hardware_config(settings)
-        batches = profile_batches(config, cfg.engine_limits(settings), args.samples, args.seed)
+        batches = time_batches(config, cfg.engine_limits(settings), args.samples, args.seed)
         result = fit_batches(batches, args.seed, features=args.features)
         model, hardware = config.model, hardware_label(config)
         source = f"batches of the simulated {config.model} on {config.gpu} TP{config.tp}"

@@ -57,6 +57,7 @@ from slidingserve.workloads import (
 
 HARDWARE = HardwareConfig()
 LIMITS = EngineLimits()
+ARRIVAL = ArrivalConfig()
 EXPERIMENT = GoodputExperiment()
 """goodput: policies, workloads, seeds, requests, criteria, curve points, search, reference."""
 SEARCH = EXPERIMENT.search
@@ -84,16 +85,25 @@ sarathi-edf's goodput (0.8% violating at 2.3 req/s, 3.2% at 2.4, 6.2% at 2.5) an
 slidingserve's (0.4% at 2.4), so the two show what each does with the same load; the paper's
 algorithm (slidingserve-paper) violates 1.5% / 4.6% / 7.2% at those rates."""
 BENCH_REQUESTS = 200
+BENCH_DURATION = 600.0
+"""Seconds: bench sends no request after this."""
+BENCH_TIMEOUT = 300.0
+"""Seconds one bench request may take."""
+BENCH_VOCAB_SIZE = 1000
+"""bench draws prompt token ids below this."""
 COMPARE_POLICIES = "slidingserve,sarathi-edf,vllm:fcfs,vllm:priority"
 COMPARE_RATES = (8.0,)
 COMPARE_REPEATS = 3
 COMPARE_REQUESTS = 200
 SERVE_POLICY = "slidingserve"
+SERVE_HOST = "127.0.0.1"
+SERVE_PORT = 8000
 PROFILE_REPEATS = 3
 PROFILE_OUT = Path("predictor.json")
 PROFILE_STEPS_OUT = Path("steps.json")
 PROFILE_LIVE_RATES = (2.0, 8.0, 16.0, 32.0)
 """req/s of profile --live's traffic: light load to overload on a CPU."""
+TINY_MODEL_SIZE = "tiny"
 GOODPUT_OUT_DIR = Path("results/goodput")
 DIAGNOSE_OUT_DIR = Path("results/diagnose")
 REGIMES_OUT_DIR = Path("results/regimes")

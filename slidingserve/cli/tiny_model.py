@@ -20,7 +20,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--seed", type=int, default=cfg.SEED)
     parser.add_argument(
         "--size",
-        default="tiny",
+        default=cfg.TINY_MODEL_SIZE,
         choices=["tiny", "small"],
         help="tiny: 2 layers × 256; small: 4 layers × 512, ~10× the compute (engine-bound)",
     )
