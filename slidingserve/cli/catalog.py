@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import re
 from pathlib import Path
+from typing import Any
 
 from slidingserve.policies import POLICIES
 from slidingserve.sim.hardware import list_gpus, list_models, load_model
@@ -24,7 +25,7 @@ from slidingserve.workloads import SLO_PRESETS, WORKLOADS
 _GPU_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a file name and a --hardware field
 
 
-def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(commands: Any) -> None:
     """Add `list` and `import-profile` to the `slidingserve` subcommands."""
     listing = commands.add_parser(
         "list",
