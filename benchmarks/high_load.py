@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from slidingserve.eval.experiment import GoodputExperiment, run_searches
 from slidingserve.eval.ratios import ratio_interval
-from slidingserve.sim.profiling import calibrate
+from slidingserve.sim.calibration import calibrate
 from slidingserve.sim.runner import simulate
 
 BASELINES = ("sarathi-edf", "qoserve")

@@ -27,8 +27,8 @@ from slidingserve.core import SLO, EngineLimits, KVBlockManager, Phase, Request,
 from slidingserve.policies import PolicyContext, make_policy
 from slidingserve.policies.slidingserve import SlidingServePolicy
 from slidingserve.predictor import DEFAULT_FEATURES, FEATURE_SETS
+from slidingserve.sim.calibration import calibrate
 from slidingserve.sim.hardware import HardwareConfig
-from slidingserve.sim.profiling import calibrate
 from slidingserve.workloads import WorkloadConfig, sample_workload
 
 

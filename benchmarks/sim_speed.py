@@ -27,9 +27,9 @@ from slidingserve.core.request import Request
 from slidingserve.core.view import EngineLimits
 from slidingserve.policies import PolicyContext, make_policy
 from slidingserve.predictor.calibration import DEFAULT_SAMPLES
+from slidingserve.sim.calibration import calibrate
 from slidingserve.sim.engine import SimulationRun, Simulator, SimulatorOptions
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig
-from slidingserve.sim.profiling import calibrate
 from slidingserve.sim.runner import SimulationSpec, needs_calibration, policy_context
 from slidingserve.workloads import WorkloadConfig, generate_requests
 

@@ -14,7 +14,7 @@ import pytest
 from factories import linear_engine_steps
 
 from slidingserve.engines.vllm.context import STARTING_GUESS
-from slidingserve.engines.vllm.profiling import save_profile
+from slidingserve.engines.vllm.engine_timing import save_profile
 from slidingserve.predictor import (
     BatchLatencyPredictor,
     PredictorMetadata,

@@ -20,23 +20,20 @@ from typing import Any, NamedTuple, TypeVar
 
 from slidingserve.core.view import EngineLimits
 from slidingserve.eval.capacity import CapacityBound, capacity_bound
+from slidingserve.eval.criteria import OVERALL, known_criteria, violation_for
 from slidingserve.eval.goodput import GoodputEstimate, SearchSettings, search_goodput
 from slidingserve.eval.memory_bound import MemoryBound, memory_bound
 from slidingserve.eval.slo_bound import SloAwareBound, slo_aware_bound
 from slidingserve.metrics import TbtReading
 from slidingserve.policies import get_policy_class
 from slidingserve.predictor.calibration import Calibration
+from slidingserve.sim.calibration import calibrate
 from slidingserve.sim.hardware import HardwareConfig
-from slidingserve.sim.profiling import calibrate
 from slidingserve.sim.runner import (
-    OVERALL,
-    TIER_PREFIX,
-    WORST_TIER,
     SimulationResult,
     SimulationSpec,
     needs_calibration,
     simulate,
-    violation_for,
 )
 from slidingserve.workloads import ArrivalConfig, TierMix, TraceSource, WorkloadConfig
 
@@ -63,15 +60,16 @@ class GoodputExperiment:
     reference: str = "sarathi-edf"  # goodput ratios are to this policy (the first if absent)
     num_requests: int = 600  # requests per simulated trial
     arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
-    slo_preset: str = "strict"
-    slo_scale: float = 1.0
+    # The workload's settings default to those of `WorkloadConfig` (defined there only).
+    slo_preset: str = WorkloadConfig.slo_preset
+    slo_scale: float = WorkloadConfig.slo_scale
     trace_dir: str | None = None  # None: embedded length tables
     traces: tuple[TraceSource, ...] = ()  # --trace files: the workload "trace"
-    trace_start: int = 0  # replayed traces: seed 0's window starts at this row
-    trace_spread: bool = False  # replayed traces: space requests sharing a timestamp
-    tbt_reading: TbtReading = TbtReading.CUMULATIVE  # how TBT violations are counted
+    trace_start: int = WorkloadConfig.trace_start  # replays: seed 0's window starts here
+    trace_spread: bool = WorkloadConfig.trace_spread  # replays: space shared timestamps
+    tbt_reading: TbtReading = SimulationSpec.tbt_reading  # how TBT violations are counted
     tiers: TierMix | None = None  # SLO tiers of every workload
-    criteria: tuple[str, ...] = (OVERALL,)  # what must stay ≤ threshold: see violation_for
+    criteria: tuple[str, ...] = (OVERALL,)  # what must stay ≤ threshold: see criteria.py
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     limits: EngineLimits = field(default_factory=EngineLimits)
     policy_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -92,10 +90,8 @@ class GoodputExperiment:
         self.workload_config(self.workloads[0])  # validates SLO preset, counts, trace dir
         if not self.criteria:
             raise ValueError("need at least one goodput criterion")
-        tier_names = self.tiers.names if self.tiers else ()
+        known = known_criteria(self.tiers.names if self.tiers else ())
         for criterion in self.criteria:
-            known = [OVERALL, *([WORST_TIER] if tier_names else [])]
-            known += [TIER_PREFIX + name for name in tier_names]
             if criterion not in known:
                 raise ValueError(
                     f"unknown goodput criterion {criterion!r}; known here: {', '.join(known)}"
@@ -146,7 +142,7 @@ class GoodputRow:
 
     policy: str
     workload: str
-    criterion: str  # which requests must meet their SLO: see runner.violation_for
+    criterion: str  # which requests must meet their SLO: see criteria.py
     goodput_mean: float  # req/s
     goodput_std: float  # req/s, sample standard deviation over seeds (0 for one seed)
     interpolated_mean: float  # req/s, QoServe-style interpolation

@@ -13,8 +13,8 @@ from slidingserve.eval.ratios import (
     goodput_ratios,
     static_families,
 )
-from slidingserve.eval.regimes import hardware_label
 from slidingserve.reporting import format_table
+from slidingserve.sim.hardware import hardware_label
 from slidingserve.workloads import recorded_rate, sample_workload
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from slidingserve.metrics import RunMetrics, Timeline, measure, span
 from slidingserve.policies import PolicyContext, get_policy_class, make_policy
 from slidingserve.predictor.calibration import Calibration
 from slidingserve.predictor.steps import EngineSteps
-from slidingserve.sim.hardware.profiled import ProfiledLatency, calibrate_profiled
+from slidingserve.sim.hardware.timed_engine import ProfiledLatency, calibrate_profiled
 from slidingserve.sim.runner import context_for, run_policy
 from slidingserve.workloads import WorkloadConfig
 

@@ -20,9 +20,9 @@ from slidingserve.metrics import (
 )
 from slidingserve.policies import PolicyContext, get_policy_class, make_policy
 from slidingserve.predictor.calibration import Calibration
+from slidingserve.sim.calibration import calibrate
 from slidingserve.sim.engine import IterationTimer, SimulationRun, Simulator, SimulatorOptions
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
-from slidingserve.sim.profiling import calibrate
 from slidingserve.workloads import WorkloadConfig, generate_requests
 
 if TYPE_CHECKING:
@@ -213,27 +213,3 @@ def _simulate(spec: SimulationSpec, rate: float, seed: int, record: bool) -> Rec
         wall_seconds=time.perf_counter() - started,
     )
     return RecordedRun(result, run)
-
-
-OVERALL = "overall"
-WORST_TIER = "worst-tier"
-TIER_PREFIX = "tier:"
-
-
-def violation_for(result: SimulationResult, criterion: str) -> float:
-    """The violating fraction a goodput criterion looks at.
-
-    "overall": all requests; "worst-tier": the worst tier's (QoServe's goodput);
-    "tier:NAME": that tier's.
-    """
-    if criterion == OVERALL:
-        return result.violations.overall
-    if not result.tiers:
-        raise ValueError(f"criterion {criterion!r} needs a workload with SLO tiers")
-    if criterion == WORST_TIER:
-        return max(result.tier_violations(tier).overall for tier in result.tiers)
-    name = criterion.removeprefix(TIER_PREFIX)
-    if not criterion.startswith(TIER_PREFIX) or name not in result.tiers:
-        known = ", ".join([OVERALL, WORST_TIER, *(TIER_PREFIX + t for t in result.tiers)])
-        raise ValueError(f"unknown goodput criterion {criterion!r}; known: {known}")
-    return result.tier_violations(name).overall

@@ -287,9 +287,9 @@ def test_a_stop_cancels_in_flight_requests_and_keeps_their_tokens(
 
 CLI = """
 import argparse, sys
-from slidingserve.cli_bench import add_bench_command
+from slidingserve.cli.bench import add_parser
 parser = argparse.ArgumentParser(prog="slidingserve")
-add_bench_command(parser.add_subparsers(dest="command", required=True))
+add_parser(parser.add_subparsers(dest="command", required=True))
 args = parser.parse_args(sys.argv[1:])
 sys.exit(args.handler(args))
 """

@@ -11,20 +11,17 @@ from pathlib import Path
 import pytest
 
 from slidingserve.cli import build_parser, main
-from slidingserve.cli_regimes import regime_map_from
+from slidingserve.cli.regimes import regime_map_from
 from slidingserve.eval.experiment import GoodputExperiment, run_experiment
 from slidingserve.eval.goodput import SearchSettings
 from slidingserve.eval.regime_plot import plot_regime_map
 from slidingserve.eval.regime_report import heatmap_grid, regime_rows, regime_table
 from slidingserve.eval.regimes import (
-    HardwarePoint,
     RegimeCell,
     RegimeMap,
     RegimeResult,
     arrival_label,
-    hardware_folder,
     parse_arrival,
-    parse_hardware,
     regime_cell,
     run_regimes,
 )
@@ -217,35 +214,9 @@ def test_the_default_map_is_the_one_the_issue_asks_for() -> None:
     assert all(e.curve_points == 0 for e in regimes.experiments().values())
 
 
-def test_labels_read_back() -> None:
+def test_arrival_labels_read_back() -> None:
     for arrival in (ArrivalConfig(), ArrivalConfig("gamma", 2.5)):
         assert parse_arrival(arrival_label(arrival)) == arrival
-    point = parse_hardware("a100:llama-2-7b:2", HardwareConfig(noise=0.0))
-    assert (point.model, point.tp, point.noise) == ("llama-2-7b", 2, 0.0)
-
-
-@pytest.mark.parametrize(
-    ("gpu", "model", "folder"),
-    [
-        ("a100", "llama-3-8b", "a100_llama-3-8b_tp2"),
-        ("a100", "/home/me/Llama-3.1-8B/config.json", "a100_Llama-3.1-8B_tp2"),
-        ("a100", "C:\\models\\qwen2\\config.json", "a100_qwen2_tp2"),
-        ("a100", "configs/my model (v2).json", "a100_my_model_v2_tp2"),
-        ("a100", "config.json", "a100_config_tp2"),
-        ("a100", "meta-llama/Llama-3-8B", "a100_Llama-3-8B_tp2"),
-        ("h100 sxm", "../..", "h100_sxm_unnamed_tp2"),
-    ],
-)
-def test_a_hardware_folder_is_one_safe_name(gpu: str, model: str, folder: str) -> None:
-    assert hardware_folder(HardwarePoint(gpu, model, 2)) == folder
-
-
-def test_a_point_parses_to_its_parts_and_its_config() -> None:
-    point = HardwarePoint.parse(" a100:llama-2-7b:2 ")
-    assert point == HardwarePoint("a100", "llama-2-7b", 2)
-    assert hardware_folder(point.config()) == hardware_folder(point) == "a100_llama-2-7b_tp2"
-    with pytest.raises(ValueError, match="tp=3"):
-        HardwarePoint.parse("a100:llama-3-8b:3").config()
 
 
 def test_one_value_flags_make_one_value_axes() -> None:

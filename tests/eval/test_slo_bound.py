@@ -10,6 +10,7 @@ import pytest
 
 from slidingserve.core import BatchShape, EngineLimits
 from slidingserve.eval.capacity import capacity_bound
+from slidingserve.eval.criteria import OVERALL, violation_for
 from slidingserve.eval.goodput import SearchSettings, search_goodput
 from slidingserve.eval.slo_bound import (
     CAPACITY,
@@ -25,7 +26,7 @@ from slidingserve.eval.slo_bound import (
     solve_program,
 )
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig
-from slidingserve.sim.runner import OVERALL, SimulationSpec, simulate, violation_for
+from slidingserve.sim.runner import SimulationSpec, simulate
 from slidingserve.workloads import ArrivalConfig, WorkloadConfig, get_workload, slo_for
 
 

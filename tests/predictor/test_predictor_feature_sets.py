@@ -28,8 +28,8 @@ from slidingserve.predictor import (
     time_to_budget,
 )
 from slidingserve.predictor.calibration import calibration_of, fit_batches
+from slidingserve.sim.calibration import time_batches
 from slidingserve.sim.hardware import HardwareConfig
-from slidingserve.sim.profiling import profile_batches
 
 RICH_WIDTH = feature_set("rich").width
 
@@ -101,7 +101,7 @@ class TestPaperIsUnchanged:
 
 def simulated_batches(hardware: HardwareConfig, seed: int = 0) -> list[TimedBatch]:
     """2,000 batches timed on the simulated GPU (2% noise), as a profiler draws them."""
-    return profile_batches(hardware, EngineLimits(), 2000, seed)
+    return time_batches(hardware, EngineLimits(), 2000, seed)
 
 
 @pytest.fixture(scope="module")

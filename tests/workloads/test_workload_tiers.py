@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from slidingserve.core import SLO
+from slidingserve.eval.criteria import violation_for
 from slidingserve.metrics import measure_tiers
-from slidingserve.sim.runner import SimulationSpec, simulate, violation_for
+from slidingserve.sim.runner import SimulationSpec, simulate
 from slidingserve.workloads import (
     Tier,
     TierMix,

@@ -39,11 +39,11 @@ def is_config_path(text: str) -> bool:
 def model_from_hf_config(path: Path | str) -> ModelSpec:
     """The `ModelSpec` described by the Hugging Face `config.json` at `path`.
 
-    The spec's name is `str(path)`. `num_key_value_heads` defaults to
-    `num_attention_heads`, `head_dim` to `hidden_size // num_attention_heads`, the weight
-    dtype (`torch_dtype`, or `dtype` in newer configs) to 2 bytes, and the LM head is taken
-    as untied unless `tie_word_embeddings` is true (the Llama, Mistral and Qwen2 default).
-    `max_model_len` is `max_position_embeddings`.
+    The spec's name is `str(path)`. `num_key_value_heads` defaults to `num_attention_heads`,
+    `head_dim` to `hidden_size // num_attention_heads`, the weight dtype (`torch_dtype`, or
+    `dtype` in newer configs) to 2 bytes, and the LM head is taken as untied unless
+    `tie_word_embeddings` is true (the Llama, Mistral and Qwen2 default); `max_model_len` is
+    `max_position_embeddings`.
 
     `num_params` is counted from the shapes, with q = heads × head_dim and
     kv = kv_heads × head_dim:
@@ -61,8 +61,7 @@ def model_from_hf_config(path: Path | str) -> ModelSpec:
     q + 2 × kv + hidden when `attention_bias` is true (q, k, v, o biases, as in Llama),
     plus 2 × intermediate + hidden when `mlp_bias` is true.
 
-    Raises FileNotFoundError (or another OSError) if the file cannot be read, and a
-    one-line ValueError naming the file if it is not a usable config of this family.
+    Raises OSError if the file cannot be read, a one-line ValueError naming it if not usable.
     """
     config = _Config(str(path), _read_object(Path(path)))
     config.check_supported()

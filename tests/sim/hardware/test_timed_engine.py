@@ -16,7 +16,7 @@ from slidingserve.core.batch import BatchShape, TimedBatch
 from slidingserve.core.view import EngineLimits
 from slidingserve.predictor.steps import load_engine_steps, save_engine_steps
 from slidingserve.sim.hardware.noise import NoiseStream
-from slidingserve.sim.hardware.profiled import ProfiledLatency, calibrate_profiled
+from slidingserve.sim.hardware.timed_engine import ProfiledLatency, calibrate_profiled
 
 make_steps = linear_engine_steps
 

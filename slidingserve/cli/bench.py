@@ -7,14 +7,12 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slidingserve import config as cfg
-from slidingserve.cli_flags import add_workload_flags, workload_flags
-from slidingserve.workloads import recorded_rate
+from slidingserve.cli import settings as cfg
+from slidingserve.cli.flags import add_workload_flags
 
 if TYPE_CHECKING:
     from slidingserve.bench import BenchConfig
 
-DEFAULT_REQUESTS = 200
 INTERRUPTED = 130  # exit status after Ctrl-C, as a shell reports it
 
 
@@ -25,47 +23,71 @@ def _positive(text: str) -> float:
     return value
 
 
-def add_bench_command(commands: Any) -> None:
+DESCRIPTION = (
+    "Sends the simulator's workload (lengths scaled to the model's context) to URL's "
+    "/v1/completions as streamed requests with their SLO in vllm_xargs, and reports "
+    "TTFT/TPOT/ITL/e2e, SLO violations and goodput. Ctrl-C stops it and still writes "
+    "what was measured."
+)
+
+
+def add_parser(commands: Any) -> None:
     """Add `bench` to the `slidingserve` subcommands."""
     bench = commands.add_parser(
         "bench",
         help="replay a workload against an OpenAI-compatible server: latencies, SLO violations",
-        description=(
-            "Sends the simulator's workload (lengths scaled to the model's context) to URL's "
-            "/v1/completions as streamed requests with their SLO in vllm_xargs, and reports "
-            "TTFT/TPOT/ITL/e2e, SLO violations and goodput. Ctrl-C stops it and still writes "
-            "what was measured."
-        ),
+        description=DESCRIPTION,
     )
     bench.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
     bench.add_argument("--model", help="served model name (default: the first of /v1/models)")
     bench.add_argument(
-        "--workload", help="sharegpt (default), arxiv, mixed-v1, ...; with --trace: the trace"
+        "--workload",
+        help=f"{cfg.WORKLOAD} (default), arxiv, mixed-v1, ...; with --trace: the trace",
     )
     bench.add_argument(
-        "--rate", type=_positive, help="requests/s (default 1; a replayed trace: as recorded)"
+        "--rate",
+        type=_positive,
+        help=f"requests/s (default {cfg.RATE:g}; a replayed trace: as recorded)",
     )
-    bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--requests", type=int, help=f"requests to send ({DEFAULT_REQUESTS})")
-    bench.add_argument(
-        "--duration", type=_positive, default=600.0, help="stop sending after S seconds (600)"
+    bench.add_argument("--seed", type=int, default=cfg.SEED)
+    bench.add_argument("--requests", type=int, help=f"requests to send ({cfg.BENCH_REQUESTS})")
+    _add_request_flags(bench)
+    _add_workload_flags(bench)
+    bench.add_argument("--out", type=Path, default=cfg.BENCH_OUT)
+    bench.add_argument("--no-plot", action="store_true", help="no PNG beside the JSON")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bench.set_defaults(handler=run)
+
+
+def _add_request_flags(parser: argparse.ArgumentParser) -> None:
+    """How long to send, how long a request may take, and what each request carries."""
+    parser.add_argument(
+        "--duration",
+        type=_positive,
+        default=cfg.BENCH_DURATION,
+        help=f"stop sending after S seconds ({cfg.BENCH_DURATION:g})",
     )
-    bench.add_argument("--timeout", type=_positive, default=300.0, help="seconds per request (300)")
-    bench.add_argument("--max-model-len", type=int, help="context (default: from /v1/models)")
-    bench.add_argument("--vocab-size", type=int, default=1000, help="prompt ids < this (1000)")
-    bench.add_argument(
+    parser.add_argument(
+        "--timeout",
+        type=_positive,
+        default=cfg.BENCH_TIMEOUT,
+        help=f"seconds per request ({cfg.BENCH_TIMEOUT:g})",
+    )
+    parser.add_argument("--max-model-len", type=int, help="context (default: from /v1/models)")
+    parser.add_argument(
+        "--vocab-size",
+        type=int,
+        default=cfg.BENCH_VOCAB_SIZE,
+        help=f"prompt ids < this ({cfg.BENCH_VOCAB_SIZE})",
+    )
+    parser.add_argument(
         "--no-xargs", action="store_true", help="send neither vllm_xargs nor return_token_ids"
     )
-    bench.add_argument(
+    parser.add_argument(
         "--priority-from-slo",
         action="store_true",
         help="send vLLM's priority = TTFT deadline in ms (server: --scheduling-policy priority)",
     )
-    _add_workload_flags(bench)
-    bench.add_argument("--out", type=Path, default=Path("results/bench/bench.json"))
-    bench.add_argument("--no-plot", action="store_true", help="no PNG beside the JSON")
-    bench.add_argument("--no-progress", action="store_true", help="no progress bar")
-    bench.set_defaults(handler=run_bench_command)
 
 
 def _add_workload_flags(parser: argparse.ArgumentParser) -> None:
@@ -78,12 +100,12 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
     """The `BenchConfig` of parsed `bench` arguments (ValueError for bad settings)."""
     from slidingserve.bench import BenchConfig
 
-    settings = cfg.load_settings(args.config)
-    cfg.override(settings, "workload", **workload_flags(args))
+    settings = cfg.override(cfg.load_settings(args.config), "workload", **cfg.workload_flags(args))
     given = (args.workload,) if args.workload else None
-    name = cfg.workload_names(settings, given, ("sharegpt",))[0]
-    workload = cfg.workload_config(settings, name, DEFAULT_REQUESTS)
-    rate = args.rate or (recorded_rate(workload, args.seed) if workload.replays else 1.0)
+    name = cfg.workload_names(settings, given)[0]
+    workload = cfg.workload_config(settings, name, cfg.BENCH_REQUESTS)
+    given_rate = [args.rate] if args.rate else None
+    (rate,) = cfg.default_rates(given_rate, workload, args.seed)
     return BenchConfig(
         url=args.url,
         workload=workload,
@@ -100,7 +122,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig:
     )
 
 
-def run_bench_command(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run, print the summary, write the JSON (and PNG); 130 when stopped by Ctrl-C."""
     from slidingserve.bench import format_summary, plot_bench, run_bench, write_bench_json
 

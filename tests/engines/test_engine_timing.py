@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from slidingserve.core.batch import TimedBatch
-from slidingserve.engines.vllm.profiling import save_profile
+from slidingserve.engines.vllm.engine_timing import save_profile
 from slidingserve.predictor import load_predictor, random_batch_shapes
 from slidingserve.predictor.steps import EngineSteps
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slidingserve.cli import settings as cfg
 from slidingserve.reporting import format_table, write_json
 from slidingserve.workloads.trace_files import TraceColumns, read_trace_file
 from slidingserve.workloads.trace_stats import MIN_MINUTE_ARRIVALS, trace_stats
@@ -18,11 +19,10 @@ if TYPE_CHECKING:
     from slidingserve.workloads.trace_files import TimedTrace
     from slidingserve.workloads.trace_stats import ArrivalStats, LengthStats, TraceStats
 
-DEFAULT_OUT_DIR = Path("results/trace-stats")
 STATS_FILE = "trace_stats.json"
 
 
-def add_trace_stats_command(commands: Any) -> None:
+def add_parser(commands: Any) -> None:
     """Add `trace-stats` to the `slidingserve` subcommands."""
     parser = commands.add_parser(
         "trace-stats",
@@ -47,14 +47,15 @@ def add_trace_stats_command(commands: Any) -> None:
     parser.add_argument(
         "--out-dir",
         type=Path,
-        default=DEFAULT_OUT_DIR,
+        default=cfg.TRACE_STATS_OUT_DIR,
         help="where the files go (default %(default)s)",
     )
     parser.add_argument("--no-plot", action="store_true", help="write no PNG")
-    parser.set_defaults(handler=run_trace_stats)
+    parser.set_defaults(handler=run)
 
 
-def run_trace_stats(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Describe each file; 2 when a file could not be read."""
     columns = TraceColumns.parse(args.columns) if args.columns else None
     described: list[tuple[Path, TimedTrace, TraceStats]] = []
     errors: list[str] = []

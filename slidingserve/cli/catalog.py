@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import re
 from pathlib import Path
+from typing import Any
 
 from slidingserve.policies import POLICIES
 from slidingserve.sim.hardware import list_gpus, list_models, load_model
@@ -24,7 +25,8 @@ from slidingserve.workloads import SLO_PRESETS, WORKLOADS
 _GPU_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a file name and a --hardware field
 
 
-def add_profile_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(commands: Any) -> None:
+    """Add `list` and `import-profile` to the `slidingserve` subcommands."""
     listing = commands.add_parser(
         "list",
         help="policies, workloads, models, GPUs (and where their numbers come from), SLO presets",
@@ -56,6 +58,7 @@ def add_profile_commands(commands: argparse._SubParsersAction) -> None:  # type:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    """Print what the simulator knows: policies, workloads, GPUs, models, SLO presets."""
     profile_dir = args.profile_dir or ""
     print("policies: " + ", ".join(POLICIES))
     print("workloads: " + ", ".join(WORKLOADS))
@@ -115,6 +118,7 @@ def operator_source(gpu: GPUProfile, model: ModelSpec) -> str:
 
 
 def run_import_profile(args: argparse.Namespace) -> int:
+    """Read a Vidur-layout directory, report each GPU, and save them (unless --check)."""
     renames = _renames(args.rename)
     profiles = read_vidur_dir(args.directory)
     unknown = sorted(set(renames) - {profile.name for profile in profiles})

@@ -27,7 +27,7 @@ from slidingserve.sim.hardware import HardwareConfig, load_model
 from slidingserve.sim.hardware.optables import ALL_OPS
 from slidingserve.sim.hardware.store import store_dir
 
-PROFILES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "profiles"
+PROFILES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "profiles"
 TINY = ["--policies", "sarathi,sarathi-edf", "--workloads", "sharegpt", "--seeds", "1"]
 TINY += ["--requests", "30", "--precision", "0.3", "--curve-points", "0", "--jobs", "1"]
 TINY += ["--no-progress"]

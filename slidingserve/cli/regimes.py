@@ -10,12 +10,11 @@ from typing import Any
 
 from tqdm import tqdm
 
-from slidingserve import config as cfg
-from slidingserve.cli_commands import experiment_from, settings_from
-from slidingserve.cli_flags import (
-    add_common_flags,
+from slidingserve.cli import settings as cfg
+from slidingserve.cli.flags import (
     add_hardware_flag,
     add_search_flags,
+    add_setup_flags,
     comma_list,
     refuse_both,
 )
@@ -30,15 +29,13 @@ from slidingserve.eval.regimes import (
     RegimeMap,
     arrival_label,
     parse_arrival,
-    parse_hardware,
     run_regimes,
 )
 from slidingserve.reporting import write_csv, write_json
-from slidingserve.sim.hardware import HardwareConfig
+from slidingserve.sim.hardware import HardwareConfig, parse_hardware
 from slidingserve.workloads import ArrivalConfig
 
-REGIMES = RegimeMap()  # help texts state the map's own defaults
-DEFAULT_OUT_DIR = Path("results/regimes")
+REGIMES = cfg.REGIMES
 WALL_TIME = "10 to 15 minutes on two cores"
 """The default map: 4 workloads × 5 SLO scales × 2 arrivals × 3 policies × 3 seeds of
 600-request trials, 360 searches of about 3 CPU-seconds each (measured on one workload and
@@ -46,7 +43,7 @@ seed, 30 searches: 91 CPU-s, 70 s on two cores other work shared), so about 9 mi
 free cores and 14 on shared ones."""
 
 
-def add_regimes_command(commands: Any) -> None:
+def add_parser(commands: Any) -> None:
     """Add `regimes` to the `slidingserve` subcommands."""
     parser = commands.add_parser(
         "regimes",
@@ -80,10 +77,10 @@ def add_regimes_command(commands: Any) -> None:
     add_hardware_flag(parser, "one map per point")
     add_search_flags(parser, len(REGIMES.setup.seeds), REGIMES.setup.search)
     parser.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
-    parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
+    parser.add_argument("--out-dir", type=Path, default=cfg.REGIMES_OUT_DIR)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_common_flags(parser)
-    parser.set_defaults(handler=run_regimes_command)
+    add_setup_flags(parser)
+    parser.set_defaults(handler=run)
 
 
 def regime_map_from(args: argparse.Namespace) -> RegimeMap:
@@ -93,13 +90,11 @@ def regime_map_from(args: argparse.Namespace) -> RegimeMap:
     refuse_both(args, "--slo-scales", "slo_scales", ["slo_scale"])
     refuse_both(args, "--arrivals", "arrivals", ["arrival", "burstiness"])
     refuse_both(args, "--hardware", "hardware", ["gpu", "model", "tp"])
-    settings = settings_from(args)
+    settings = cfg.settings_from(args)
     candidate = args.candidate or REGIMES.candidate
     baselines = args.baselines or REGIMES.baselines
-    goodput = {"policies": (candidate, *baselines), "reference": None, "criteria": None}
-    setup = experiment_from(
-        argparse.Namespace(**{**vars(args), **goodput, "curve_points": 0}), settings
-    )
+    goodput = {**cfg.goodput_flags(args), "policies": (candidate, *baselines), "curve_points": 0}
+    setup = cfg.experiment_from(cfg.override(settings, "goodput", **goodput))
     return RegimeMap(
         candidate=candidate,
         baselines=baselines,
@@ -135,7 +130,8 @@ def _hardware(args: argparse.Namespace, one: HardwareConfig) -> tuple[HardwareCo
     return tuple(parse_hardware(text, one) for text in args.hardware or ()) or (one,)
 
 
-def run_regimes_command(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Search every cell of the map; print its tables and write its files."""
     regimes = regime_map_from(args)
     setup = regimes.setup
     print(

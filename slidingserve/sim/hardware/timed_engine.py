@@ -6,7 +6,7 @@ blocks, block size and limits. `ProfiledLatency` times a batch as the 7-feature 
 fitted to those steps predicts it, times a factor drawn (seeded) from the steps' own
 measured/predicted ratios, so the simulated engine has the real one's mean behaviour and its
 spread, slow outliers included. `calibrate_profiled` profiles that simulated engine as
-`sim.profiling.calibrate` profiles the modelled GPU, so that the policies plan with a
+`sim.calibration.calibrate` profiles the modelled GPU, so that the policies plan with a
 predictor fitted to noisy timings, never with the engine's own expected-time model.
 """
 
@@ -112,7 +112,7 @@ def calibrate_profiled(
     seed: int = 0,
     num_samples: int = DEFAULT_SAMPLES,
 ) -> Calibration:
-    """Profile the simulated engine as `sim.profiling.calibrate` profiles the modelled GPU:
+    """Profile the simulated engine as `sim.calibration.calibrate` profiles the modelled GPU:
     `num_samples` random batches within `limits` and the engine's context length, timed
     with the engine's noise, and the predictor fitted to them.
 

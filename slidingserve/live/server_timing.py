@@ -1,4 +1,5 @@
-"""Profile a live server: the step periods a simulation of it charges per iteration.
+"""Time a live server's steps (`slidingserve profile --live`): the step periods a simulation
+of it charges per iteration.
 
 A server scheduled by `random-chunk` (a random token budget per step, so batches of every
 shape) serves the comparison's workload at rates from light load to overload, with the
@@ -16,16 +17,15 @@ from slidingserve.live.compare import UNMISSABLE_SLO_SCALE, LiveSettings
 from slidingserve.live.servers import ServerSpec, running_server
 from slidingserve.predictor.steps import EngineSteps, load_engine_steps
 
-PROFILE_RATES = (2.0, 8.0, 16.0, 32.0)  # req/s: light load to overload on this CPU
 
-
-def profile_server(
+def time_server(
     settings: LiveSettings,
     steps_out: Path,
-    rates: Sequence[float] = PROFILE_RATES,
+    rates: Sequence[float],
     say: Callable[[str], None] = print,
 ) -> EngineSteps:
-    """Serve `settings.requests` requests at each of `rates`; the periods land in `steps_out`."""
+    """Serve `settings.requests` requests at each of `rates` (req/s); the periods land in
+    `steps_out`."""
     if not rates or any(not rate > 0 for rate in rates):
         raise ValueError(f"profiling needs positive rates, got {list(rates)}")
     steps_out = steps_out.resolve()

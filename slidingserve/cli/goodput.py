@@ -8,11 +8,18 @@ import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
-from slidingserve.cli_commands import experiment_from, settings_from
-from slidingserve.cli_flags import refuse_both
+from slidingserve.cli import settings as cfg
+from slidingserve.cli.flags import (
+    add_hardware_flag,
+    add_search_flags,
+    add_setup_flags,
+    comma_list,
+    refuse_both,
+)
 from slidingserve.eval.experiment import (
     ExperimentResult,
     GoodputExperiment,
@@ -20,7 +27,6 @@ from slidingserve.eval.experiment import (
     task_count,
 )
 from slidingserve.eval.ratios import static_families
-from slidingserve.eval.regimes import HardwarePoint, hardware_folder, hardware_label
 from slidingserve.eval.report import (
     at_goodput_table,
     best_static_table,
@@ -34,6 +40,7 @@ from slidingserve.eval.report import (
     workload_note,
 )
 from slidingserve.reporting import write_csv, write_json
+from slidingserve.sim.hardware import HardwarePoint, hardware_folder, hardware_label
 
 GOODPUT_DESCRIPTION = (
     "Searches each policy's goodput on each workload and seed, and prints it with its share "
@@ -49,12 +56,62 @@ HARDWARE_EACH = "one run per point, its files in a subfolder of --out-dir, then 
 """What `goodput` does per --hardware point (its help text)."""
 
 
-def run_goodput(args: argparse.Namespace) -> int:
+def add_parser(commands: Any) -> None:
+    """Add `goodput` to the `slidingserve` subcommands."""
+    experiment = cfg.EXPERIMENT
+    parser = commands.add_parser(
+        "goodput",
+        help="policies × workloads (× hardware points) → goodput tables + plot",
+        description=GOODPUT_DESCRIPTION,
+    )
+    parser.add_argument(
+        "--policies", type=comma_list, help=f"default {','.join(experiment.policies)}"
+    )
+    parser.add_argument(
+        "--workloads", type=comma_list, help=f"default {','.join(experiment.workloads)}"
+    )
+    add_search_flags(parser, len(experiment.seeds), cfg.SEARCH)
+    parser.add_argument(
+        "--reference",
+        help=f"goodput ratios are to this policy (default {experiment.reference}, "
+        "or the first policy when it does not run)",
+    )
+    parser.add_argument(
+        "--criteria",
+        type=comma_list,
+        help=f"who must meet SLOs: overall, worst-tier, tier:NAME (comma list; "
+        f"{','.join(experiment.criteria)})",
+    )
+    parser.add_argument(
+        "--curve-points",
+        type=int,
+        help=f"rates per violation curve, each run on every seed ({experiment.curve_points})",
+    )
+    add_hardware_flag(parser, HARDWARE_EACH)
+    _add_output_flags(parser)
+    add_setup_flags(parser)
+    parser.set_defaults(handler=run)
+
+
+def _add_output_flags(parser: argparse.ArgumentParser) -> None:
+    """--jobs, --out-dir and --no-progress."""
+    parser.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=cfg.GOODPUT_OUT_DIR,
+        help="where the files go (default %(default)s)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
     """Search goodput on --gpu/--model/--tp, or on each --hardware point in turn (exit
     status 2 when a point failed)."""
     refuse_both(args, "--hardware", "hardware", ["gpu", "model", "tp"])
     points = hardware_points(args.hardware or ())
-    experiment = experiment_from(args, settings_from(args))
+    settings = cfg.override(cfg.settings_from(args), "goodput", **cfg.goodput_flags(args))
+    experiment = cfg.experiment_from(settings)
     if points:
         return _run_points(experiment, points, args)
     _report(_search(experiment, args.no_progress), args.out_dir)

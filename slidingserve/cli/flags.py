@@ -1,6 +1,7 @@
 """Command-line flags shared by the commands: those that build a workload (simulate, goodput,
-diagnose, bench), the setup of a simulation (simulate, goodput, predictor, diagnose) and
-the many-value flags that replace a one-value one (goodput, regimes)."""
+diagnose, regimes, bench), the setup of a simulation (simulate, goodput, predictor, diagnose,
+regimes) and the many-value flags that replace a one-value one (goodput, regimes). What they
+become is `settings.py`'s: `settings_from`, `workload_flags`, `goodput_flags`."""
 
 from __future__ import annotations
 
@@ -8,15 +9,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from slidingserve.core.view import EngineLimits
-from slidingserve.eval.experiment import GoodputExperiment
+from slidingserve.cli.settings import EXPERIMENT, HARDWARE, LIMITS, RUN_REQUESTS
 from slidingserve.eval.goodput import SearchSettings
-from slidingserve.sim.hardware import HardwareConfig
-
-# Help texts state the defaults of the configs themselves, so the two cannot drift.
-HARDWARE = HardwareConfig()
-LIMITS = EngineLimits()
-EXPERIMENT = GoodputExperiment()
 
 
 def positive_float(text: str) -> float:
@@ -32,7 +26,7 @@ def comma_list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
-def add_common_flags(parser: argparse.ArgumentParser) -> None:
+def add_setup_flags(parser: argparse.ArgumentParser) -> None:
     """The setup of a simulated run (hardware, engine, workload, policy options, --config)."""
     group = parser.add_argument_group("setup (override the --config file)")
     group.add_argument("--config", type=Path, help="TOML settings file (see README)")
@@ -63,7 +57,7 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
         "--requests",
         type=int,
         help="requests per simulated run "
-        f"(simulate and diagnose 1000, goodput {EXPERIMENT.num_requests})",
+        f"(simulate and diagnose {RUN_REQUESTS}, goodput {EXPERIMENT.num_requests})",
     )
     add_workload_flags(group)
     group.add_argument("--tbt-reading", help="TBT violations: cumulative or per-gap")
@@ -116,35 +110,6 @@ def add_workload_flags(group: Any) -> None:
     )
 
 
-def workload_flags(args: argparse.Namespace) -> dict[str, Any]:
-    """Those flags as [workload] settings (None where not given)."""
-    return {
-        "requests": args.requests,
-        "arrival": args.arrival,
-        "burstiness": args.burstiness,
-        "overload": parse_overload(args.overload),
-        "slo": args.slo,
-        "slo_scale": args.slo_scale,
-        "tiers": args.tiers,
-        "trace_dir": args.trace_dir,
-        "traces": args.trace,
-        "trace_columns": args.trace_columns,
-        "trace_start": args.trace_start,
-        "trace_spread": args.trace_spread,
-    }
-
-
-def parse_overload(text: str | None) -> dict[str, float] | None:
-    """`START:DURATION:FACTOR` as the [workload.overload] table."""
-    if text is None:
-        return None
-    try:
-        start, duration, factor = (float(part) for part in text.split(":"))
-    except ValueError:
-        raise ValueError(f"--overload expects START:DURATION:FACTOR, got {text!r}") from None
-    return {"start": start, "duration": duration, "factor": factor}
-
-
 def add_search_flags(parser: Any, seeds: int, search: SearchSettings) -> None:
     """`--seeds`, `--threshold` and `--precision`, with the defaults of the caller's config."""
     parser.add_argument("--seeds", type=int, help=f"number of seeds (default {seeds})")
@@ -171,3 +136,10 @@ def refuse_both(args: argparse.Namespace, flag: str, many: str, ones: list[str])
     given = [f"--{name.replace('_', '-')}" for name in ones if getattr(args, name) is not None]
     if getattr(args, many) and given:
         raise ValueError(f"give {flag} or {'/'.join(given)}, not both")
+
+
+def add_defaulted(parser: Any, flag: str, default: float, what: str) -> None:
+    """`flag`, of `default`'s type, with a help text that states the default."""
+    parser.add_argument(
+        flag, type=type(default), default=default, help=f"{what} (default {default})"
+    )

@@ -7,9 +7,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from slidingserve import config as cfg
-from slidingserve.cli_commands import settings_from
-from slidingserve.cli_flags import add_common_flags, comma_list, positive_float
+from slidingserve.cli import settings as cfg
+from slidingserve.cli.flags import add_setup_flags, comma_list, positive_float
 from slidingserve.eval.diagnose import (
     MEANINGS,
     Diagnosis,
@@ -21,18 +20,8 @@ from slidingserve.eval.diagnose import (
 from slidingserve.reporting import write_csv, write_json
 from slidingserve.sim.runner import SimulationSpec
 
-DEFAULT_POLICIES = ("sarathi-edf", "slidingserve")
-DEFAULT_WORKLOAD = "sharegpt"
-DEFAULT_RATE = 2.4
-"""req/s. Measured with the defaults (seed 0, 1000 ShareGPT requests, strict SLOs): just past
-sarathi-edf's goodput (0.8% violating at 2.3 req/s, 3.2% at 2.4, 6.2% at 2.5) and within
-slidingserve's (0.4% at 2.4), so the two show what each does with the same load; the paper's
-algorithm (slidingserve-paper) violates 1.5% / 4.6% / 7.2% at those rates."""
-DEFAULT_REQUESTS = 1000
-DEFAULT_OUT_DIR = Path("results/diagnose")
 
-
-def add_diagnose_command(commands: Any) -> None:
+def add_parser(commands: Any) -> None:
     """Add `diagnose` to the `slidingserve` subcommands."""
     parser = commands.add_parser(
         "diagnose",
@@ -48,35 +37,38 @@ def add_diagnose_command(commands: Any) -> None:
     parser.add_argument(
         "--policies",
         type=comma_list,
-        default=DEFAULT_POLICIES,
-        help=f"names, a,b: one column each (default {','.join(DEFAULT_POLICIES)})",
+        default=cfg.DIAGNOSE_POLICIES,
+        help=f"names, a,b: one column each (default {','.join(cfg.DIAGNOSE_POLICIES)})",
     )
-    parser.add_argument("--workload", help=f"default {DEFAULT_WORKLOAD} (with --trace: the trace)")
+    parser.add_argument("--workload", help=f"default {cfg.WORKLOAD} (with --trace: the trace)")
     parser.add_argument(
         "--rate",
         type=positive_float,
-        default=DEFAULT_RATE,
-        help=f"req/s (default {DEFAULT_RATE}: on seed 0, ShareGPT, strict SLOs, just past the "
+        default=cfg.DIAGNOSE_RATE,
+        help=f"req/s (default {cfg.DIAGNOSE_RATE}: on seed 0, ShareGPT, strict SLOs, just past the "
         "goodput of both default policies, which miss 3.2%% and 4.6%% of the requests there; "
         "choose another for another workload)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="fixes requests, arrivals, noise")
-    parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
-    add_common_flags(parser)
-    parser.set_defaults(handler=run_diagnose)
+    parser.add_argument(
+        "--seed", type=int, default=cfg.SEED, help="fixes requests, arrivals, noise"
+    )
+    parser.add_argument("--out-dir", type=Path, default=cfg.DIAGNOSE_OUT_DIR)
+    add_setup_flags(parser)
+    parser.set_defaults(handler=run)
 
 
-def run_diagnose(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Diagnose each policy's run; print the table and write the files."""
     if not args.policies:
         raise ValueError("--policies needs at least one policy name")
-    settings = settings_from(args)
+    settings = cfg.settings_from(args)
     options = cfg.policy_options(settings, args.policies)
     given = (args.workload,) if args.workload else None
-    workload = cfg.workload_names(settings, given, (DEFAULT_WORKLOAD,))[0]
+    workload = cfg.workload_names(settings, given)[0]
     specs = [
         SimulationSpec(
             policy,
-            cfg.workload_config(settings, workload, DEFAULT_REQUESTS),
+            cfg.workload_config(settings, workload, cfg.RUN_REQUESTS),
             cfg.hardware_config(settings),
             cfg.engine_limits(settings),
             options.get(policy, {}),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from slidingserve.core import EngineLimits
+from slidingserve.sim.calibration import time_batches
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig
-from slidingserve.sim.profiling import profile_batches
 
 
 def factors(seconds: list[float], expected: list[float]) -> np.ndarray:
@@ -16,7 +16,7 @@ def factors(seconds: list[float], expected: list[float]) -> np.ndarray:
 
 def test_calibration_noise_is_not_the_noise_of_the_trial_with_the_same_seed() -> None:
     hardware = HardwareConfig()
-    batches = profile_batches(hardware, EngineLimits(), num_samples=60, seed=0)
+    batches = time_batches(hardware, EngineLimits(), num_samples=60, seed=0)
     truth = GroundTruthLatency(hardware, 0)
     expected = [truth.expected_time(b.shape) for b in batches]
     calibrated = factors([b.seconds for b in batches], expected)
@@ -28,7 +28,7 @@ def test_calibration_noise_is_not_the_noise_of_the_trial_with_the_same_seed() ->
 
 def test_calibration_is_seeded() -> None:
     first, again, other = (
-        profile_batches(HardwareConfig(), EngineLimits(), num_samples=50, seed=seed)
+        time_batches(HardwareConfig(), EngineLimits(), num_samples=50, seed=seed)
         for seed in (3, 3, 4)
     )
     assert first == again

@@ -13,7 +13,7 @@ import pytest
 vllm = pytest.importorskip("vllm", minversion="0.32")
 
 from slidingserve.live.compare import LiveSettings  # noqa: E402
-from slidingserve.live.profiling import profile_server  # noqa: E402
+from slidingserve.live.server_timing import time_server  # noqa: E402
 from slidingserve.live.simulated import simulate_comparison  # noqa: E402
 
 
@@ -22,7 +22,7 @@ def test_a_served_engine_s_periods_come_back_and_simulate(tiny_model: Path, tmp_
         str(tiny_model), requests=24, repeats=1, max_num_seqs=16, out_dir=tmp_path
     )
     said: list[str] = []
-    steps = profile_server(settings, tmp_path / "steps.json", rates=(8.0,), say=said.append)
+    steps = time_server(settings, tmp_path / "steps.json", rates=(8.0,), say=said.append)
     assert said == ["profiled at 8 req/s: 24 requests completed"]
     assert (steps.max_model_len, steps.max_num_batched_tokens, steps.max_num_seqs) == (
         512, 256, 16,

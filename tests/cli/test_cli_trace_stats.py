@@ -10,7 +10,7 @@ import pytest
 
 from slidingserve.cli import main
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
 MOONCAKE = SHARED / "mooncake_conversation_trace.jsonl"
 SHAREGPT = SHARED / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from slidingserve.cli_bench import add_bench_command, bench_config
-from slidingserve.cli_flags import parse_overload
+from slidingserve.cli.bench import add_parser, bench_config
+from slidingserve.cli.settings import parse_overload
 from slidingserve.workloads import OverloadWindow
 
 
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="slidingserve")
-    add_bench_command(parser.add_subparsers(dest="command", required=True))
+    add_parser(parser.add_subparsers(dest="command", required=True))
     return parser.parse_args(["bench", "--url", "http://127.0.0.1:9", *argv])
 
 

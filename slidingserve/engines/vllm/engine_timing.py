@@ -1,5 +1,6 @@
-"""Profile a real vLLM engine: run traffic under a random token budget, time every step,
-fit the batch-latency predictor, report its accuracy on held-out steps.
+"""Time a real vLLM engine's steps (`slidingserve profile`): run traffic under a random token
+budget, time every step, fit the batch-latency predictor, report its accuracy on held-out
+steps.
 
 The `random-chunk` policy draws each step's budget at random, so ordinary traffic of a few
 sizes yields batches of every shape: few and many decodes, short and long contexts, small
@@ -47,7 +48,7 @@ ROUNDS = (
 """Traffic that covers the shapes a scheduler produces (lengths relative to the context)."""
 
 
-def profile_engine(
+def time_engine(
     model: str,
     *,
     seed: int = 0,

@@ -12,9 +12,9 @@ from typing import Any, NamedTuple
 import pytest
 
 from slidingserve.cli import main
-from slidingserve.cli_goodput import point_folders
+from slidingserve.cli.goodput import point_folders
 from slidingserve.eval.ratios import RatioInterval
-from slidingserve.eval.regimes import HardwarePoint
+from slidingserve.sim.hardware import HardwarePoint
 
 TINY = ["--policies", "sarathi,sarathi-edf", "--workloads", "sharegpt", "--seeds", "2"]
 TINY += ["--requests", "40", "--precision", "0.2", "--curve-points", "0", "--jobs", "1"]

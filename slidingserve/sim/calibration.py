@@ -7,19 +7,17 @@ import numpy as np
 
 from slidingserve.core.batch import TimedBatch
 from slidingserve.core.view import EngineLimits
-from slidingserve.predictor import FitResult
 from slidingserve.predictor.calibration import (
     DEFAULT_SAMPLES,
     Calibration,
     calibration_of,
-    fit_batches,
     profiling_shapes,
 )
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
 from slidingserve.sim.hardware.noise import profiling_seed
 
 
-def profile_batches(
+def time_batches(
     hardware: HardwareConfig,
     limits: EngineLimits,
     num_samples: int = DEFAULT_SAMPLES,
@@ -38,22 +36,6 @@ def profile_batches(
     return [TimedBatch(shape, latency.sample_time(shape)) for shape in shapes]
 
 
-def profile_ground_truth(
-    hardware: HardwareConfig,
-    limits: EngineLimits,
-    num_samples: int = DEFAULT_SAMPLES,
-    seed: int = 0,
-    validation_fraction: float = 0.25,
-) -> FitResult:
-    """Profile the simulated GPU and fit the predictor to it."""
-    batches = profile_batches(hardware, limits, num_samples, seed)
-    return fit_batches(batches, seed, validation_fraction)
-
-
 def calibrate(hardware: HardwareConfig, limits: EngineLimits, seed: int = 0) -> Calibration:
     """The timed batches and the fitted predictor, for every policy of a run to share."""
-    return calibration_of(profile_batches(hardware, limits, seed=seed), seed)
-
-
-def hardware_label(hardware: HardwareConfig) -> str:
-    return f"{hardware.gpu}-tp{hardware.tp}"
+    return calibration_of(time_batches(hardware, limits, seed=seed), seed)
