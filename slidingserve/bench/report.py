@@ -35,7 +35,9 @@ def bench_payload(result: BenchResult) -> dict[str, Any]:
         "summary": result.summary.to_dict(),
         "errors": result.errors,
         "error_messages": result.error_messages,
-        "deadlines": "from the scheduled send time; TBT cumulative (SPEC eq. 1) and per gap",
+        "deadlines": (
+            "from the scheduled send time; TBT cumulative (docs/design.md §1.1) and per gap"
+        ),
         "requests": [record.to_dict() for record in result.records],
     }
 

@@ -41,7 +41,7 @@ class PlannedRequest:
     send_at: float  # seconds after the run starts (the scheduled send time)
     prompt_ids: tuple[int, ...]  # token ids; the prompt length is len(prompt_ids)
     max_tokens: int  # output tokens asked for (ignore_eos: the server produces all of them)
-    slo: SLO  # seconds; deadlines count from `send_at` (SPEC eq. 1)
+    slo: SLO  # seconds; deadlines count from `send_at` (docs/design.md §1.1)
 
     @property
     def prompt_tokens(self) -> int:

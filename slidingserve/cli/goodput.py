@@ -192,7 +192,7 @@ def _report(result: ExperimentResult, out: Path) -> None:
     experiment = result.experiment
     print(
         f"\nGoodput, req/s (mean ± std over seeds; share of the capacity bound / of the "
-        f"SLO-aware bound)\n"
+        f"SLO-aware bound / of the memory-aware bound)\n"
         f"{describe_setup(result)}\n"
         f"latency model:\n{latency_model_lines(experiment.hardware)}"
     )
@@ -251,6 +251,10 @@ def _ratios(result: ExperimentResult) -> str:
 
 
 def _tightest_bound(result: ExperimentResult, workload: str) -> float:
-    """req/s: the SLO-aware bound when it was computed, else the capacity bound."""
-    slo_bound = result.slo_bounds.get(workload)
-    return result.bounds[workload].rate if slo_bound is None else slo_bound.rate
+    """req/s: the lowest of the bounds computed for `workload` (capacity, SLO-aware,
+    memory-aware): each is an upper bound, so the lowest is one too."""
+    rates = [result.bounds[workload].rate]
+    for bound in (result.slo_bounds.get(workload), result.memory_bounds.get(workload)):
+        if bound is not None:
+            rates.append(bound.rate)
+    return min(rates)

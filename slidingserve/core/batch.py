@@ -19,7 +19,7 @@ class BatchShape:
     """Token counts of one iteration, by phase.
 
     Entries are classified by phase, not by chunk size: a prefill chunk of one token is
-    still a prefill (SPEC §3).
+    still a prefill (docs/design.md §3).
     """
 
     decode_contexts: tuple[int, ...]  # u_i of each decode: tokens cached before this step
@@ -46,7 +46,8 @@ class BatchShape:
     @classmethod
     def from_chunks(cls, chunks: Iterable[tuple[Request, int]]) -> BatchShape:
         """The batch that runs these (request, tokens) pairs, by each request's phase before
-        the step; a waiting request has nothing cached (SPEC §3). Both engines time batches
+        the step; a waiting request has nothing cached (docs/design.md §3). Both engines time
+        batches
         built here: the simulator its plans, the vLLM adapter what vLLM scheduled."""
         decodes: list[int] = []
         prefills: list[tuple[int, int]] = []

@@ -142,7 +142,8 @@ def best_static_ratios(
     result: ExperimentResult, base: str, criterion: str | None = None
 ) -> list[RatioRow]:
     """Per workload, every policy outside `base`'s family over the family's best setting
-    there (the label with the highest mean goodput: SPEC's `sarathi-edf*`), per seed."""
+    there (the label with the highest mean goodput: `sarathi-edf*`, docs/baselines.md §4), per
+    seed."""
     experiment = result.experiment
     family = static_families(experiment.policies).get(base)
     if not family:

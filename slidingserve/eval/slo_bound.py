@@ -22,7 +22,7 @@ bin b. The bound is the largest λ of this linear program (`scipy.optimize.linpr
 3. *TBT, by Little's law.* A request's decode phase runs from its first token (f) to its
    last (e). The iterations that hold one of its decodes lie inside [f, e] one after the
    other, so Σ over iterations of n·(iteration time) ≤ Σ_i (e_i − f_i). Under cumulative
-   deadlines (SPEC §1) e_i ≤ a_i + L_ttft + (D_i − 1)·L_tbt, and f_i ≥ a_i + ℓ_i, where
+   deadlines (docs/design.md §1) e_i ≤ a_i + L_ttft + (D_i − 1)·L_tbt, and f_i ≥ a_i + ℓ_i, where
    ℓ_i = max(⌈P/B⌉·NA(1), τ*·P) + its least prefill attention is the least time to a first
    token (the prefill runs in at least ⌈P/B⌉ iterations, one after the other, each at least
    NA(1), and their non-attention time is at least τ* = min NA(N)/N per token). Per second:

@@ -78,7 +78,7 @@ class LiveRow:
 
     policy: str
     rate: float  # req/s
-    violation_rate: float  # any deadline missed (cumulative, SPEC eq. 1)
+    violation_rate: float  # any deadline missed (cumulative, docs/design.md §1.1)
     ttft_violation_rate: float
     tbt_violation_rate: float
     goodput: float  # req/s meeting every deadline, this run

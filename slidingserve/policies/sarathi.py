@@ -26,7 +26,8 @@ class SarathiConfig:
 
 
 class SarathiPolicy(Policy):
-    """Stall-free batching with a fixed budget; prefills first-come first-served (SPEC §8)."""
+    """Stall-free batching with a fixed budget; prefills first-come first-served
+    (docs/baselines.md)."""
 
     name = "sarathi"
     config_type = SarathiConfig

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 class SarathiEdfPolicy(SarathiPolicy):
     """Decodes first, then every prefill (ongoing or new) by the deadline of its next token
-    (the TTFT deadline unless it was preempted), ties by arrival (SPEC §8)."""
+    (the TTFT deadline unless it was preempted), ties by arrival (docs/baselines.md)."""
 
     name = "sarathi-edf"
     path: ClassVar[str] = "edf"

@@ -32,7 +32,8 @@ class VllmConfig:
 
 class VllmPolicy(Policy):
     """Running requests (decodes and partial prefills, in admission order) each take what the
-    budget allows, then waiting requests in arrival order; no per-request cap (SPEC §8)."""
+    budget allows, then waiting requests in arrival order; no per-request cap
+    (docs/baselines.md)."""
 
     name = "vllm"
     path = "fcfs"  # the decision path plans are labelled with

@@ -1,4 +1,4 @@
-"""Batch-latency predictor (SPEC §3): features (the paper's seven or a richer set), linear
+"""Batch-latency predictor (docs/design.md §3): features (the paper's seven or a richer set), linear
 experts, robust fit, online refit, TimeToBudget, accuracy reports and a JSON file format.
 
 Times are seconds everywhere; token counts are ints.

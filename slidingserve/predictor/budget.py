@@ -1,4 +1,5 @@
-"""TimeToBudget (SPEC §3): the largest batch along the prefill queue that fits a time limit."""
+"""TimeToBudget (docs/design.md §3): the largest batch along the prefill queue that fits a time
+limit."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ class Budget(NamedTuple):
     """The answer of `time_to_budget`.
 
     When even the decodes alone are predicted over the limit, `fits` is False and the
-    budget is the decodes alone (`prefill_tokens` = 0): SPEC §5 then runs decodes only.
+    budget is the decodes alone (`prefill_tokens` = 0): docs/design.md §5 then runs decodes only.
     """
 
     total_tokens: int  # B = |D| + prefill_tokens

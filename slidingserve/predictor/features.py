@@ -1,4 +1,4 @@
-"""The features of a batch (SPEC §3), the feature sets a model may weigh, and their fast
+"""The features of a batch (docs/design.md §3), the feature sets a model may weigh, and their fast
 evaluation along a prefill queue.
 
 Every batch gets one `Features` vector: the paper's seven (x1..x7) and the richer set's
@@ -36,7 +36,7 @@ class Scenario(enum.Enum):
 
 
 class Features(NamedTuple):
-    """x1..x7 of SPEC §3 and the rich set's x8..x13, in tokens, token products or counts.
+    """x1..x7 of docs/design.md §3 and the rich set's x8..x13, in tokens, token products or counts.
 
     T below is the batch's total tokens, |D| + Σ_P c. Ints are stored as given.
     """
@@ -149,7 +149,7 @@ class PrefillQueueProfile:
     """Features of "all decodes plus the first b prefill tokens of the queue", for any b.
 
     The queue is filled greedily in order, each request taking min(r_j, tokens left), as
-    the scheduler's candidate batch does (SPEC §2). Building is O(n) over the queue;
+    the scheduler's candidate batch does (docs/design.md §2). Building is O(n) over the queue;
     `features_at` is O(log n) from prefix sums, so TimeToBudget can probe it cheaply.
     """
 

@@ -1,6 +1,6 @@
 """Robust non-negative least squares, and fitting a predictor with held-out model choice.
 
-Measured times on shared hosts have spikes of 1.5–2× (SPEC §3). The fit is an iteratively
+Measured times on shared hosts have spikes of 1.5–2× (docs/design.md §3). The fit is an iteratively
 reweighted NNLS: Huber weights on relative residuals, and samples far off the current fit
 (more than `reject_sigmas` robust deviations and more than `reject_floor` of the prediction)
 get weight zero, so a spike has no pull at all once it is recognised.

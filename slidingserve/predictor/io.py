@@ -10,7 +10,7 @@ The file is one JSON object (format version 3; versions 1 and 2, the same withou
     features        the feature set the models weigh: "paper" or "rich"; a file without
                     it is "paper" (all that versions 1 and 2 knew)
     feature_names   the names of the features weighed, in order: the first `width` of
-                    `Features` (the seven of SPEC §3 for "paper")
+                    `Features` (the seven of docs/design.md §3 for "paper")
     global          {"intercept": seconds, "weights": [seconds per feature unit, one per name]}
     experts         {scenario: {"intercept": .., "weights": [..]}}
     choice          {scenario: "expert" | "global"}

@@ -1,4 +1,4 @@
-"""Linear experts per scenario and the predictor that chooses among them (SPEC §3)."""
+"""Linear experts per scenario and the predictor that chooses among them (docs/design.md §3)."""
 
 from __future__ import annotations
 

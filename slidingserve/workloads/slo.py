@@ -1,4 +1,4 @@
-"""SLO presets per workload class (SPEC section 9), with a global scale knob.
+"""SLO presets per workload class (docs/evaluation.md §3), with a global scale knob.
 
 Defaults for an A100 serving Llama-3-8B: "strict" gives conversational requests (ShareGPT) a
 2 s TTFT and summarization requests (arXiv) 6 s, both a 50 ms TBT; "relaxed" doubles the TTFTs

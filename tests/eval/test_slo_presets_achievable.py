@@ -1,4 +1,4 @@
-"""SPEC §9: at 10% of capacity every policy meets at least 99.9% of the strict SLOs."""
+"""docs/evaluation.md: at 10% of capacity every policy meets at least 99.9% of the strict SLOs."""
 
 from __future__ import annotations
 

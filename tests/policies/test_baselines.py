@@ -1,4 +1,4 @@
-"""Each baseline on one hand-worked queue (SPEC §8)."""
+"""Each baseline on one hand-worked queue (docs/baselines.md)."""
 
 from __future__ import annotations
 

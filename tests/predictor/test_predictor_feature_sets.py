@@ -35,7 +35,7 @@ RICH_WIDTH = feature_set("rich").width
 
 
 def spec_features(shape: BatchShape) -> tuple[int, ...]:
-    """x1..x7 straight from SPEC §3's table, the reference the paper set must equal."""
+    """x1..x7 straight from docs/design.md §3's table, the reference the paper set must equal."""
     chunks, decodes = shape.prefill_chunks, shape.decode_contexts
     return (
         sum(c * (u + c) for c, u in chunks),

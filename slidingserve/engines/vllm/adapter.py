@@ -1,4 +1,4 @@
-"""A thin vLLM v1 `Scheduler` that runs the project's policies (SPEC §11).
+"""A thin vLLM v1 `Scheduler` that runs the project's policies (docs/vllm.md).
 
 Each step it builds the policy's `SchedulerView` from vLLM's queues through the request
 mirrors (`mirror.py`), asks the configured policy for a plan, and makes vLLM execute exactly

@@ -1,4 +1,4 @@
-"""Makes vLLM's scheduler run a plan, through the hooks of vLLM 0.32's `Scheduler` (SPEC §11).
+"""Makes vLLM's scheduler run a plan, through the hooks of vLLM 0.32's `Scheduler` (docs/vllm.md).
 
 Before vLLM's own `schedule()`, `impose` puts the planned requests first, in plan order, in
 its running list and both waiting queues, and sets the step's token budget to the plan's

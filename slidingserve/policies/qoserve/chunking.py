@@ -1,5 +1,5 @@
 """QoServe's dynamic chunking: decodes first, then the largest grid total that the
-smallest decode slack allows (SPEC §8)."""
+smallest decode slack allows (docs/baselines.md)."""
 
 from __future__ import annotations
 

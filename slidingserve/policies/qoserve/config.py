@@ -1,4 +1,4 @@
-"""Configuration of the QoServe baseline: the published values as defaults (SPEC §8)."""
+"""Configuration of the QoServe baseline: the published values as defaults (docs/baselines.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The QoServe baseline (ASPLOS 2026; also *Niyama*, arXiv 2503.22562), from SPEC §8.
+"""The QoServe baseline (ASPLOS 2026; also *Niyama*, arXiv 2503.22562), from docs/baselines.md.
 
 Every iteration: relegate the requests that cannot meet their TTFT even at the full
 prefill throughput; put the decodes first, by slack, up to the decode chunk size; choose
@@ -100,7 +100,7 @@ _Entry = tuple[tuple[bool, float, float], int, "Request"]
 
 class QoServePolicy(Policy):
     """QoServe: priority by deadline and remaining work, eager relegation, and a batch
-    total chosen from a grid by the smallest decode slack (SPEC §8)."""
+    total chosen from a grid by the smallest decode slack (docs/baselines.md)."""
 
     name = "qoserve"
     config_type = QoServeConfig

@@ -1,4 +1,4 @@
-"""QoServe's own batch-time predictor: two linear models over five features (SPEC §8).
+"""QoServe's own batch-time predictor: two linear models over five features (docs/baselines.md).
 
 Batches of at most `split` tokens (decodes included) use the small model, larger ones the
 large model. Both are fitted, like the project's predictor, by `fit_linear`: robust
@@ -56,7 +56,7 @@ def shape_features(shape: BatchShape) -> QoServeFeatures:
 
 
 def from_project_features(x: Features) -> QoServeFeatures:
-    """QoServe's five features from the project's seven (SPEC §3): each is a sum of those,
+    """QoServe's five features from the project's seven (docs/design.md §3): each is a sum of those,
     so a measured `Sample` serves both predictors without keeping the batch's shape."""
     prefill, decodes = x.prefill_tokens, x.num_decodes
     return QoServeFeatures(

@@ -1,4 +1,4 @@
-"""QoServe's prefill order and its first-token target for end-to-end tiers (SPEC §8); its
+"""QoServe's prefill order and its first-token target for end-to-end tiers (docs/baselines.md); its
 eager relegation and prefill-rate EMA are `policies.common`'s."""
 
 from __future__ import annotations

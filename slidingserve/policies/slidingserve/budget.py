@@ -25,7 +25,7 @@ MAX_WINDOWS = 4  # the exact window-k search is written for k ≤ 4
 
 @dataclass(frozen=True, slots=True)
 class PaperSplit:
-    """The paper's SlidingChunker (option `chunker=paper`, SPEC §5): the budget of two
+    """The paper's SlidingChunker (option `chunker=paper`, docs/design.md §5): the budget of two
     windows split by ternary search, the larger part run now."""
 
 
@@ -77,7 +77,8 @@ class BudgetConfig:
 
 
 def budget_windows(budget: BudgetConfig, decoding: Sequence[Request], now: float) -> list[float]:
-    """The cumulative decode windows (SPEC §5), seconds from `now`: at least two, k with the
+    """The cumulative decode windows (docs/design.md §5), seconds from `now`: at least two, k with
+    the
     window rule; shrunk by `time_margin` and capped by `iteration_cap` when set."""
     k = budget.rule.k if isinstance(budget.rule, WindowSplit) else 2
     horizons = decode_horizons(decoding, now, max(2, k))

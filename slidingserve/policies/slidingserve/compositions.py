@@ -16,7 +16,7 @@ PAPER = SlidingServeConfig(
     features="paper",
     constructor=ConstructorConfig(),
 )
-"""`slidingserve-paper` (SPEC §2–§6): MLPS order, the violation checker and the
+"""`slidingserve-paper` (docs/design.md §2–§6): MLPS order, the violation checker and the
 BatchConstructor when a prefill is at risk, else the SlidingChunker's ternary split of two
 decode windows; the paper's seven predictor features."""
 

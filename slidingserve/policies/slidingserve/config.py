@@ -25,11 +25,11 @@ DEFAULT_DECAY = 0.9  # EMA weight of the old prefill rate ρ_t at each observed 
 
 @dataclass(frozen=True, slots=True)
 class SlidingServeConfig:
-    """One composition of the SlidingServe policy (SPEC §2, §4–§6, §12)."""
+    """One composition of the SlidingServe policy (docs/design.md §2, §4–§6, §12)."""
 
     ordering: Ordering  # the prefill queue's order: MLPS or EDF
     budget: BudgetConfig  # the SlidingChunker's budget when the constructor does not plan
-    features: str  # the predictor's feature set: "paper" (SPEC §3) or "rich"
+    features: str  # the predictor's feature set: "paper" (docs/design.md §3) or "rich"
     triage: TriageConfig | None = None  # None: every request stays in the ordering's place
     constructor: ConstructorConfig | None = None  # None: no violation checker, no knapsack
     throughput_decay: float = DEFAULT_DECAY  # EMA weight of the old ρ_t, in [0, 1)

@@ -1,4 +1,4 @@
-"""BatchConstructor (SPEC §6): when a prefill is at risk, pick the prefills that can all
+"""BatchConstructor (docs/design.md §6): when a prefill is at risk, pick the prefills that can all
 finish in time, by a 0/1 knapsack per risky anchor."""
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ class BatchConstructor:
 
         `queue` is every waiting and prefilling request in priority order; an anchor's
         knapsack chooses among those with at least its slack ([decision] the whole queue,
-        not only the candidate batch: SPEC §7's worked example needs it).
+        not only the candidate batch: docs/design.md §7's worked example needs it).
         """
         profile = _profile(decode_contexts, queue)
         best: Selection | None = None

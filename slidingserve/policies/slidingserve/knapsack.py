@@ -2,7 +2,7 @@
 
 One numpy pass per item over the capacity vector, a bit table of decisions for the
 backtrack. Ties in value go to more items, then to more weight: the same order the
-BatchConstructor uses to compare anchors (SPEC §6, step 5).
+BatchConstructor uses to compare anchors (docs/design.md §6, step 5).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The ordering part: the order of the prefill queue (waiting and prefilling requests).
 
-Two orders: the paper's Multi-Level Priority Sorter (SPEC §4) and earliest deadline first
+Two orders: the paper's Multi-Level Priority Sorter (docs/design.md §4) and earliest deadline first
 (Sarathi-EDF's, which the measured design runs), optionally with requests whose deadline
 passed behind the live ones. Decodes are not sorted: they always get their token first.
 """

@@ -1,4 +1,5 @@
-"""The SlidingServe policy (SPEC §2): order (and triage) the prefill queue, check for risk,
+"""The SlidingServe policy (docs/design.md §2): order (and triage) the prefill queue, check for
+risk,
 then construct or chunk; the named compositions it runs are in `compositions.py`."""
 
 from __future__ import annotations

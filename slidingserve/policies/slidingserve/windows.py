@@ -1,4 +1,4 @@
-"""Decode deadlines seen as time windows (SPEC §5)."""
+"""Decode deadlines seen as time windows (docs/design.md §5)."""
 
 from __future__ import annotations
 

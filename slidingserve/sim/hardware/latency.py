@@ -1,4 +1,4 @@
-"""Ground-truth iteration latency of the simulator (SPEC §10).
+"""Ground-truth iteration latency of the simulator (docs/simulator.md §1).
 
 Iteration time = layers × (linear/norm/activation ops at the batch's total tokens
 + decode attention + prefill attention per chunk + two all-reduces at TP > 1)

@@ -1,4 +1,4 @@
-"""SPEC §7's worked example, with a predictor stubbed to the notes' times."""
+"""docs/design.md §7's worked example, with a predictor stubbed to the notes' times."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from slidingserve.policies.slidingserve.ordering import mlps_order
 NOW = 0.050
 # Linear in batch tokens, through the notes' figures: TimeToBudget(40 ms) = 1600 tokens and
 # the full 2048-token candidate at 45 ms. (The chosen 1008-token batch then predicts 33.4 ms;
-# the notes say 32, one of the numbers SPEC §7 calls inconsistent.)
+# the notes say 32, one of the numbers docs/design.md §7 calls inconsistent.)
 PER_TOKEN = 0.005 / 448
 STUB = TokenLinearModel(0.040 - 1600 * PER_TOKEN + 1e-12, PER_TOKEN)
 
@@ -57,7 +57,7 @@ def test_mlps_urgencies_give_the_notes_order() -> None:
 
 
 def test_batch_constructor_picks_r1_r3_r5_and_the_decodes() -> None:
-    # The notes' decode slack (30 ms) would cap the batch at TimeToBudget(30 ms) under SPEC's
+    # The notes' decode slack (30 ms) would cap the batch at TimeToBudget(30 ms) under the project's
     # decision that the constructor also respects decode deadlines; with 45 ms the limit is
     # r1's 40 ms, as in the notes' arithmetic.
     policy = make_policy("slidingserve-paper", PolicyContext(EngineLimits(), STUB))
