@@ -11,8 +11,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
-from prometheus_client.multiprocess import MultiProcessCollector
+
+try:  # prometheus_client comes with the `vllm` extra; the tests that need it skip without it
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+except ModuleNotFoundError:
+    HAS_PROMETHEUS = False
+else:
+    HAS_PROMETHEUS = True
 
 from slidingserve.engines.vllm.health import (
     STATE_HELP,
@@ -23,6 +29,9 @@ from slidingserve.engines.vllm.health import (
 )
 
 HEALTH_LOGGER = "slidingserve.engines.vllm.health"
+needs_prometheus = pytest.mark.skipif(
+    not HAS_PROMETHEUS, reason="prometheus_client comes with the vllm extra"
+)
 
 
 class FakeClock:
@@ -187,6 +196,7 @@ def test_a_policy_failing_every_step_makes_every_line_an_error(
 # -- Prometheus -------------------------------------------------------------------------
 
 
+@needs_prometheus
 def test_prometheus_counters_follow_the_counts() -> None:
     registry = CollectorRegistry()
     health, _, learner = make_health(metrics=PrometheusCounts(registry))
@@ -211,6 +221,7 @@ def test_prometheus_counters_follow_the_counts() -> None:
     }
 
 
+@needs_prometheus
 def test_prometheus_gauges_follow_the_sizes_down_to_zero() -> None:
     registry, sizes = CollectorRegistry(), FakeSizes()
     health, _, _ = make_health(metrics=PrometheusCounts(registry), sizes=sizes)
@@ -248,6 +259,7 @@ def served_registry(folder: Path) -> CollectorRegistry:
     return registry
 
 
+@needs_prometheus
 def test_the_gauges_reach_a_multiprocess_registry_summed_over_engines(tmp_path: Path) -> None:
     publish_in_another_process(tmp_path, 5)
     publish_in_another_process(tmp_path, 3)
@@ -256,6 +268,7 @@ def test_the_gauges_reach_a_multiprocess_registry_summed_over_engines(tmp_path: 
     assert registry.get_sample_value("slidingserve:imposer_caps") == 0.0
 
 
+@needs_prometheus
 def test_an_engine_that_shut_down_leaves_the_sum(tmp_path: Path) -> None:
     publish_in_another_process(tmp_path, 5)
     publish_in_another_process(tmp_path, 3, close=True)
@@ -263,6 +276,7 @@ def test_an_engine_that_shut_down_leaves_the_sum(tmp_path: Path) -> None:
     assert registry.get_sample_value("slidingserve:tracked_requests") == 5.0
 
 
+@needs_prometheus
 def test_prometheus_metrics_only_when_served(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry
 
 vllm = pytest.importorskip("vllm")
 
 import torch  # noqa: E402
+from prometheus_client import CollectorRegistry  # noqa: E402
 from vllm import SamplingParams  # noqa: E402
 from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig  # noqa: E402
 from vllm.utils.hashing import sha256  # noqa: E402
