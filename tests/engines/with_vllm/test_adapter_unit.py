@@ -1,4 +1,5 @@
-"""The adapter on a vLLM Scheduler built without a model (docs/vllm.md §10): no weights, no worker."""
+"""The adapter on a vLLM Scheduler built without a model (docs/vllm.md §10): no weights, no
+worker."""
 
 from __future__ import annotations
 
