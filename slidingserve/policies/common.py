@@ -26,6 +26,25 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Sequence
 
     from slidingserve.core.request import Request
+    from slidingserve.core.view import EngineLimits
+    from slidingserve.policies.base import PolicyContext
+    from slidingserve.predictor import LatencyModel
+
+
+def planning_predictor(context: PolicyContext, features: str, policy: str) -> LatencyModel:
+    """The batch-latency predictor a planning policy uses: the context's predictor of
+    that feature set, else its single one; a clear error when it has none."""
+    predictor = context.predictors.get(features, context.predictor)
+    if predictor is None:
+        raise ValueError(f"policy {policy!r} needs a batch-latency predictor")
+    return predictor
+
+
+def token_budget(configured: int | None, limits: EngineLimits) -> int:
+    """Tokens per iteration a policy may plan: its own cap (None: none) within the engine's
+    max_num_batched_tokens."""
+    limit = limits.max_num_batched_tokens
+    return min(configured or limit, limit)
 
 
 def deadline_key(request: Request) -> tuple[float, float]:

@@ -82,6 +82,7 @@ from typing import TYPE_CHECKING
 from slidingserve.core.batch import BatchShape
 from slidingserve.core.plan import PlanBuilder
 from slidingserve.policies.base import Policy
+from slidingserve.policies.common import planning_predictor, token_budget
 from slidingserve.policies.scorpio.config import ScorpioConfig
 from slidingserve.policies.scorpio.guards import CreditLedger, TpotState, ldf_order
 from slidingserve.predictor import batch_features
@@ -99,19 +100,15 @@ class ScorpioPolicy(Policy):
     """SCORPIO: TTFT guard (deadline order, rejection) and TPOT guard (VBS admission gate,
     credit-based batching) on vLLM V0's scheduler."""
 
-    name = "scorpio"
-    config_type = ScorpioConfig
-    needs_predictor = True
     config: ScorpioConfig
+    config_type = ScorpioConfig
+    name = "scorpio"
+    needs_predictor = True  # plans with the same batch-latency predictor as `slidingserve`
 
     def __init__(self, config: ScorpioConfig, context: PolicyContext) -> None:
         super().__init__(config, context)
-        predictor = context.predictors.get(config.features, context.predictor)
-        if predictor is None:
-            raise ValueError(f"policy {self.name!r} needs a batch-latency predictor")
-        self.model = predictor
-        limit = context.limits.max_num_batched_tokens
-        self.max_tokens = min(config.max_batch_tokens or limit, limit)
+        self.model = planning_predictor(context, config.features, self.name)
+        self.max_tokens = token_budget(config.max_batch_tokens, context.limits)
         self.ledger = CreditLedger()
         self.uniform_tpot = True  # every admitted request has one TPOT (after the last plan)
         self.num_refused = 0  # requests refused by the TTFT guard

@@ -12,7 +12,12 @@ from slidingserve.core.batch import BatchShape
 from slidingserve.core.plan import Plan, PlanBuilder
 from slidingserve.core.request import Phase
 from slidingserve.policies.base import Policy, PolicyContext
-from slidingserve.policies.common import PrefillRateEma, cannot_finish_prefill
+from slidingserve.policies.common import (
+    PrefillRateEma,
+    cannot_finish_prefill,
+    planning_predictor,
+    token_budget,
+)
 from slidingserve.policies.slidingserve.budget import budget_windows, rounded_total, split_budget
 from slidingserve.policies.slidingserve.chunker import ChunkChoice, QueueTimes
 from slidingserve.policies.slidingserve.compositions import DESIGN, PAPER, SC_EDF, SC_MLPS
@@ -61,11 +66,8 @@ class SlidingServePolicy(Policy):
 
     def __init__(self, config: SlidingServeConfig, context: PolicyContext) -> None:
         super().__init__(config, context)
-        predictor = context.predictors.get(config.features, context.predictor)
-        if predictor is None:
-            raise ValueError(f"policy {self.name!r} needs a batch-latency predictor")
-        limit = context.limits.max_num_batched_tokens
-        self.max_tokens = min(config.max_batch_tokens or limit, limit)
+        predictor = planning_predictor(context, config.features, self.name)
+        self.max_tokens = token_budget(config.max_batch_tokens, context.limits)
         self.model = TimedModel(predictor)
         # ρ_t, prefill tokens per second, seeded from the predictor
         self.rate = PrefillRateEma(self._initial_throughput(), config.throughput_decay)
