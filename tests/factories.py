@@ -220,3 +220,25 @@ def linear_engine_steps(count: int = 300, noise: float = 0.0, seed: int = 0) -> 
         factor = max(0.5, 1.0 + noise * float(rng.standard_normal()))
         batches.append(TimedBatch(shape, linear_step_time(shape) * factor))
     return EngineSteps("linear engine", 512, 1000, 16, 256, 64, tuple(batches))
+
+
+SEATS_NOW = 1.0  # seconds: the time of `seats_view`
+
+
+def seats_view(max_num_seqs: int) -> tuple[SchedulerView, EngineLimits]:
+    """No decodes (no TBT limit); EDF order a, b, c, d.
+
+    a: r = 300, slack 15.255 ms; b: r = 1000; c, d: r = 50 each (slack about 1 s).
+    With two seats the candidate is a + b = 1300 tokens, 10 + 13 = 23 ms > 15.255 ms: a is at
+    risk. TimeToBudget(15.255 ms) = 525 tokens, so the knapsack has 525 − 300 = 225 for
+    {b 1000, c 50, d 50}: it takes c and d. a + c + d = 400 tokens, 14 ms: in time.
+    """
+    limits = EngineLimits(max_num_batched_tokens=2048, max_num_seqs=max_num_seqs)
+    waiting = [
+        make_request("a", arrival=0.9, prompt=300, ttft=0.115255),
+        make_request("b", arrival=0.0, prompt=1000, ttft=2.0),
+        make_request("c", arrival=0.1, prompt=50, ttft=2.0),
+        make_request("d", arrival=0.2, prompt=50, ttft=2.0),
+    ]
+    view, _ = make_view(now=SEATS_NOW, waiting=waiting, limits=limits)
+    return view, limits

@@ -20,6 +20,7 @@ import numpy as np
 from slidingserve.core.view import EngineLimits
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
 from slidingserve.workloads import WorkloadConfig, sample_workload
+from slidingserve.workloads.workload import WorkloadSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,14 +42,7 @@ def capacity_bound(
 ) -> CapacityBound:
     """The bound for `workload` on `hardware`, averaged over `num_samples` drawn requests
     (a replayed trace: over seed `seed`'s window of it)."""
-    latency = GroundTruthLatency(dataclasses.replace(hardware, noise=0.0))
-    count = workload.num_requests if workload.replays else num_samples
-    sample = sample_workload(
-        dataclasses.replace(workload, num_requests=count),
-        1.0,
-        seed,
-        load_model(hardware.model).max_model_len,
-    )
+    latency, sample = bound_sample(workload, hardware, num_samples, seed)
     prompt = sample.prompt_lens.astype(np.float64)
     output = sample.output_lens.astype(np.float64)
     sizes = np.arange(1, limits.max_num_batched_tokens + 1)
@@ -100,3 +94,20 @@ def least_decode_attention(
     kv_read = steps * prompt + steps * (steps - 1) / 2
     seconds: np.ndarray = steps * per_request + per_kv_token * kv_read
     return seconds
+
+
+def bound_sample(
+    workload: WorkloadConfig, hardware: HardwareConfig, num_samples: int, seed: int
+) -> tuple[GroundTruthLatency, WorkloadSample]:
+    """The noise-free latency model of `hardware` and the requests a bound averages over:
+    `num_samples` drawn with `seed` (a replayed trace: seed `seed`'s window of it), prompts
+    trimmed to the model's context as in a run."""
+    latency = GroundTruthLatency(dataclasses.replace(hardware, noise=0.0))
+    count = workload.num_requests if workload.replays else num_samples
+    sample = sample_workload(
+        dataclasses.replace(workload, num_requests=count),
+        1.0,
+        seed,
+        load_model(hardware.model).max_model_len,
+    )
+    return latency, sample

@@ -62,7 +62,6 @@ to whole blocks.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -71,9 +70,13 @@ import numpy.typing as npt
 from scipy.optimize import linprog
 
 from slidingserve.core.view import EngineLimits
-from slidingserve.eval.capacity import least_decode_attention, least_prefill_attention
-from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
-from slidingserve.workloads import WorkloadConfig, sample_workload
+from slidingserve.eval.capacity import (
+    bound_sample,
+    least_decode_attention,
+    least_prefill_attention,
+)
+from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig
+from slidingserve.workloads import WorkloadConfig
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -125,14 +128,7 @@ def memory_bound(
     """The bound for `workload` on `hardware`, over the `num_samples` requests drawn with
     `seed` that `capacity_bound` averages over with the same arguments (a replayed trace:
     seed `seed`'s window of it)."""
-    latency = GroundTruthLatency(dataclasses.replace(hardware, noise=0.0))
-    count = workload.num_requests if workload.replays else num_samples
-    sample = sample_workload(
-        dataclasses.replace(workload, num_requests=count),
-        1.0,
-        seed,
-        load_model(hardware.model).max_model_len,
-    )
+    latency, sample = bound_sample(workload, hardware, num_samples, seed)
     prompt, output = sample.prompt_lens.astype(np.int64), sample.output_lens.astype(np.int64)
     demand = request_demand(latency, limits, prompt, output)
     tokens = np.arange(1, limits.max_num_batched_tokens + 1)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from factories import TokenLinearModel, make_decoding, make_request, make_view
+from factories import TokenLinearModel, make_decoding, make_request, make_view, seats_view
 
 from slidingserve.core import EngineLimits, Plan, Request, SchedulerView
 from slidingserve.policies import PolicyContext, make_policy
@@ -137,21 +137,6 @@ class TestBudget:
         view, limits = seats_view(max_num_seqs=3)
         plan = build("slidingserve-paper", limits=limits, sorter="edf", token_quantum=128)
         assert chunks(plan.schedule(view)) == [("a", 300), ("c", 50), ("d", 50)]  # 400
-
-
-def seats_view(max_num_seqs: int) -> tuple[SchedulerView, EngineLimits]:
-    """No decodes; EDF order a, b, c, d (as in test_slidingserve_policy). a (r = 300,
-    slack 15.255 ms) is at risk; its knapsack has 525 − 300 = 225 tokens for b (1000),
-    c (50) and d (50): it takes c and d."""
-    limits = EngineLimits(max_num_batched_tokens=2048, max_num_seqs=max_num_seqs)
-    waiting = [
-        make_request("a", arrival=0.9, prompt=300, ttft=0.115255),
-        make_request("b", arrival=0.0, prompt=1000, ttft=2.0),
-        make_request("c", arrival=0.1, prompt=50, ttft=2.0),
-        make_request("d", arrival=0.2, prompt=50, ttft=2.0),
-    ]
-    view, _ = make_view(now=NOW, waiting=waiting, limits=limits)
-    return view, limits
 
 
 class CachedTokensModel:
