@@ -9,7 +9,7 @@
 # The environment is .venv in the repository, or $VENV; it is created with $PYTHON (default
 # python3) when missing and reused otherwise. With --vllm the script then removes torchvision,
 # torchaudio and torchcodec, which pip pulls in as CUDA builds that break `import vllm` on a
-# CPU machine (docs/vllm.md), and checks that vLLM imports. With --dev --vllm: about 2 min and
+# CPU machine (docs/vllm.md), and checks that vLLM imports. With --dev --vllm: about 3 min and
 # 3.8 GB.
 set -euo pipefail
 
