@@ -47,8 +47,7 @@ class BatchShape:
     def from_chunks(cls, chunks: Iterable[tuple[Request, int]]) -> BatchShape:
         """The batch that runs these (request, tokens) pairs, by each request's phase before
         the step; a waiting request has nothing cached (docs/design.md §3). Both engines time
-        batches
-        built here: the simulator its plans, the vLLM adapter what vLLM scheduled."""
+        batches built here: the simulator its plans, the vLLM adapter what vLLM scheduled."""
         decodes: list[int] = []
         prefills: list[tuple[int, int]] = []
         for request, tokens in chunks:

@@ -1,5 +1,5 @@
-"""TimeToBudget (docs/design.md §3): the largest batch along the prefill queue that fits a time
-limit."""
+"""TimeToBudget (docs/design.md §3): the largest batch along the prefill queue that fits a
+time limit."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Accuracy of a predictor on held-out samples: MAE, RMSE, R², MAPE per scenario (docs/design.md
-§3)."""
+"""Accuracy of a predictor on held-out samples: MAE, RMSE, R², MAPE per scenario
+(docs/design.md §3)."""
 
 from __future__ import annotations
 

@@ -77,9 +77,8 @@ class BudgetConfig:
 
 
 def budget_windows(budget: BudgetConfig, decoding: Sequence[Request], now: float) -> list[float]:
-    """The cumulative decode windows (docs/design.md §5), seconds from `now`: at least two, k with
-    the
-    window rule; shrunk by `time_margin` and capped by `iteration_cap` when set."""
+    """The cumulative decode windows (docs/design.md §5), seconds from `now`: at least two,
+    k with the window rule; shrunk by `time_margin` and capped by `iteration_cap` when set."""
     k = budget.rule.k if isinstance(budget.rule, WindowSplit) else 2
     horizons = decode_horizons(decoding, now, max(2, k))
     if budget.time_margin != 1:

@@ -1,5 +1,5 @@
-"""SlidingChunker (docs/design.md §5): how many tokens the next batch gets when no prefill is at
-risk.
+"""SlidingChunker (docs/design.md §5): how many tokens the next batch gets when no prefill
+is at risk.
 
 All budgets here are in prefill tokens taken along the sorted queue on top of the decodes;
 `f(p)` is the predicted time of the decodes plus the first p queue tokens and `G(t)` the

@@ -1,6 +1,6 @@
-"""The SlidingServe policy (docs/design.md §2): order (and triage) the prefill queue, check for
-risk,
-then construct or chunk; the named compositions it runs are in `compositions.py`."""
+"""The SlidingServe policy (docs/design.md §2): order (and triage) the prefill queue, check
+for risk, then construct or chunk; the named compositions it runs are in
+`compositions.py`."""
 
 from __future__ import annotations
 
