@@ -92,9 +92,10 @@ def build_policy(
 
 
 def serving_options(policy_class: type[Policy], options: Mapping[str, Any]) -> dict[str, Any]:
-    """`options` for a served engine: a policy that records a decision per iteration (for
-    the simulator's diagnosis) does not while serving, unless asked to: a server runs for
-    days, and the records would fill their million-entry bound (about 360 MB)."""
+    """`options` for a served engine: a policy that records a decision per iteration (its
+    path and time per component, which `benchmarks/sched_overhead.py` reads) does not while
+    serving, unless asked to: a server runs for days, and the records would fill their
+    million-entry bound (about 360 MB)."""
     served = dict(options)
     config = getattr(policy_class, "config_type", None)
     fields = getattr(config, "__dataclass_fields__", {})
