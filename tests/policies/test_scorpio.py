@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from slidingserve.core import EngineLimits, Plan, Request, blocks_for_tokens
 from slidingserve.policies import PolicyContext, make_policy
 from slidingserve.policies.scorpio import CreditLedger, ScorpioPolicy, TpotState, ldf_order
+from slidingserve.policies.scorpio.guards import OutputLengthMean
 from slidingserve.sim.engine import Simulator, SimulatorOptions
 
 PREFILL_MODEL = TokenLinearModel(0.01, 1e-4)
@@ -359,3 +360,44 @@ def test_every_request_finishes_or_is_refused_within_the_limits(
         expected = 0 if request.refused else request.output_len
         assert len(request.token_times) == expected
     assert policy.num_refused == sum(r.refused for r in requests)
+
+
+# -- the output length the gate assumes ----------------------------------------------------
+
+
+class TestOutputLengthMean:
+    def test_the_prior_until_enough_requests_have_left(self) -> None:
+        mean = OutputLengthMean(prior=439)
+        running = [
+            make_decoding(f"r{i}", generated=100) for i in range(OutputLengthMean.MIN_SAMPLES - 1)
+        ]
+        mean.observe(running, [])
+        mean.observe([], [])  # all of them finished
+        assert mean.value == 439
+        mean.observe([make_decoding("last", generated=119)], [])
+        mean.observe([], [])
+        assert mean.count == OutputLengthMean.MIN_SAMPLES
+        assert mean.value == pytest.approx((19 * 100 + 119) / 20)
+
+    def test_a_preempted_request_is_not_counted_as_finished(self) -> None:
+        mean = OutputLengthMean(prior=439)
+        request = make_decoding("p", generated=50)
+        mean.observe([request], [])
+        mean.observe([], [request])  # preempted: back in the waiting queue
+        assert (mean.count, mean.total) == (0, 0)
+
+    def test_a_request_that_never_emitted_is_not_counted(self) -> None:
+        mean = OutputLengthMean(prior=439)
+        mean.observe([make_request("w")], [])  # prefilling, then refused or aborted
+        mean.observe([], [])
+        assert mean.count == 0
+
+    def test_the_policy_learns_it_only_when_asked(self) -> None:
+        finished = [make_decoding(f"r{i}", generated=40) for i in range(30)]
+        learning, fixed = policy_for(), policy_for(learn_output_len=False)
+        for policy in (learning, fixed):
+            for running in (finished, []):
+                view, _ = make_view(running=running)
+                policy.schedule(view)
+        assert learning.output_len.value == pytest.approx(40)
+        assert fixed.output_len.value == 439

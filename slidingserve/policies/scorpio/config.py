@@ -46,8 +46,13 @@ class ScorpioConfig:
     credit_batching: bool = True
     # Output length the admission gate assumes for every candidate. The authors predict one
     # per request with a fine-tuned OPT-125M; no policy here is told output lengths, so
-    # this is one number for all (default: ShareGPT's mean; set 293 for arXiv).
+    # this is one number for all: ShareGPT's mean until `learn_output_len` has seen enough
+    # requests leave.
     output_len: int = SHAREGPT_MEAN_OUTPUT
+    # True: the mean output of the requests that have left (what any policy can observe)
+    # replaces `output_len` once `OutputLengthMean.MIN_SAMPLES` have: the reading that
+    # helps SCORPIO on a workload whose outputs differ from ShareGPT's
+    learn_output_len: bool = True
     # The batch-latency predictor's feature set, as `slidingserve` (the same predictor it
     # gets); the engine's single predictor when the context carries no such set.
     features: str = "rich"
@@ -59,7 +64,8 @@ class ScorpioConfig:
         require_number("ttft_margin", self.ttft_margin, 0.0)
         require_number("inefficiency_factor", self.inefficiency_factor, 0.0, strict=True)
         require_number("conservative_factor", self.conservative_factor, 0.0, strict=True)
-        for name in ("chunked_prefill", "reject_unattainable", "tpot_admission", "credit_batching"):
+        switches = ("chunked_prefill", "reject_unattainable", "tpot_admission", "credit_batching")
+        for name in (*switches, "learn_output_len"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.features not in FEATURE_SETS:

@@ -84,7 +84,12 @@ from slidingserve.core.plan import PlanBuilder
 from slidingserve.policies.base import Policy
 from slidingserve.policies.common import planning_predictor, token_budget
 from slidingserve.policies.scorpio.config import ScorpioConfig
-from slidingserve.policies.scorpio.guards import CreditLedger, TpotState, ldf_order
+from slidingserve.policies.scorpio.guards import (
+    CreditLedger,
+    OutputLengthMean,
+    TpotState,
+    ldf_order,
+)
 from slidingserve.predictor import batch_features
 
 if TYPE_CHECKING:
@@ -110,6 +115,7 @@ class ScorpioPolicy(Policy):
         self.model = planning_predictor(context, config.features, self.name)
         self.max_tokens = token_budget(config.max_batch_tokens, context.limits)
         self.ledger = CreditLedger()
+        self.output_len = OutputLengthMean(config.output_len)
         self.uniform_tpot = True  # every admitted request has one TPOT (after the last plan)
         self.num_refused = 0  # requests refused by the TTFT guard
         self.num_gated = 0  # steps whose admission the TPOT gate stopped
@@ -118,6 +124,8 @@ class ScorpioPolicy(Policy):
 
     def schedule(self, view: SchedulerView) -> Plan:
         config = self.config
+        if config.learn_output_len:
+            self.output_len.observe(view.running, view.waiting)
         if config.credit_batching:
             self.ledger.forget_departed((view.running, view.waiting))
         refused = self.unattainable(view) if config.reject_unattainable else []
@@ -232,7 +240,7 @@ class ScorpioPolicy(Policy):
         config = self.config
         tpot = candidate.slo.tbt
         vbs = state.virtual_batch_size(tpot)
-        context = total_len / (num_running + 1) + config.output_len / 2
+        context = total_len / (num_running + 1) + self.output_len.value / 2
         step = self.decode_time(vbs, context)
         return step * config.inefficiency_factor < min(state.lowest, tpot) * (
             config.conservative_factor
