@@ -215,7 +215,7 @@ def _report(result: ExperimentResult, out: Path) -> None:
             "share of requests with a gap over their TBT (the per-gap reading)"
         )
         print(at_goodput_table(result, criterion))
-    above = [r for r in result.rows if r.goodput_mean > _tightest_bound(result, r.workload)]
+    above = [r for r in result.rows if r.goodput_mean > min(result.bound_rates(r.workload))]
     if above:
         print(
             "\nnote: a goodput above a bound means the trial ended before its backlog "
@@ -248,13 +248,3 @@ def _ratios(result: ExperimentResult) -> str:
     """How the ratio tables read."""
     seeds = len(result.experiment.seeds)
     return f"mean [95% t-interval over {seeds} seeds]; * where the interval excludes 1"
-
-
-def _tightest_bound(result: ExperimentResult, workload: str) -> float:
-    """req/s: the lowest of the bounds computed for `workload` (capacity, SLO-aware,
-    memory-aware): each is an upper bound, so the lowest is one too."""
-    rates = [result.bounds[workload].rate]
-    for bound in (result.slo_bounds.get(workload), result.memory_bounds.get(workload)):
-        if bound is not None:
-            rates.append(bound.rate)
-    return min(rates)

@@ -202,6 +202,15 @@ class ExperimentResult:
     slo_bounds: dict[str, SloAwareBound] = field(default_factory=dict)  # by workload, if run
     memory_bounds: dict[str, MemoryBound] = field(default_factory=dict)  # by workload
 
+    def bound_rates(self, workload: str) -> list[float]:
+        """req/s: the capacity bound of `workload`, then its SLO-aware and memory-aware
+        bounds where they were computed. Each is an upper bound, so their minimum is one."""
+        rates = [self.bounds[workload].rate]
+        for bound in (self.slo_bounds.get(workload), self.memory_bounds.get(workload)):
+            if bound is not None:
+                rates.append(bound.rate)
+        return rates
+
 
 @dataclass(frozen=True, slots=True)
 class _SearchTask:

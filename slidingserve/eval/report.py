@@ -30,10 +30,7 @@ def goodput_table(result: ExperimentResult, criterion: str | None = None) -> str
     experiment's first)."""
 
     def cell(row: GoodputRow) -> str:
-        shares = [row.fraction_of_bound]
-        for bound in (result.slo_bounds.get(row.workload), result.memory_bounds.get(row.workload)):
-            if bound is not None:
-                shares.append(row.goodput_mean / bound.rate)
+        shares = [row.goodput_mean / rate for rate in result.bound_rates(row.workload)]
         return f"{goodput_text(row)} ({' / '.join(f'{share:.0%}' for share in shares)})"
 
     return _policy_grid(result, criterion, cell, bound=True)
