@@ -26,7 +26,7 @@ from slidingserve.eval.experiment import (
     run_experiment,
     task_count,
 )
-from slidingserve.eval.ratios import static_families
+from slidingserve.eval.ratios import compared_families
 from slidingserve.eval.report import (
     at_goodput_table,
     best_static_table,
@@ -204,7 +204,7 @@ def _report(result: ExperimentResult, out: Path) -> None:
         print(goodput_table(result, criterion))
         print(f"\nGoodput ÷ {experiment.reference_policy}'s on the same seed: {_ratios(result)}")
         print(ratio_table(result, criterion))
-        for base in static_families(experiment.policies):
+        for base in compared_families(experiment.policies):
             print(
                 f"\nGoodput ÷ that of {base}'s best setting on each workload ({base}*, the "
                 f"label with the highest mean goodput there) on the same seed: {_ratios(result)}"

@@ -138,6 +138,14 @@ def static_families(policies: Sequence[str]) -> dict[str, list[str]]:
     return {base: labels for base, labels in families.items() if len(labels) > 1}
 
 
+def compared_families(policies: Sequence[str]) -> list[str]:
+    """The `static_families` with some policy outside them to compare with their best setting
+    (a run of `slidingserve` and `slidingserve#x` alone has none)."""
+    return [
+        base for base, labels in static_families(policies).items() if len(labels) < len(policies)
+    ]
+
+
 def best_static_ratios(
     result: ExperimentResult, base: str, criterion: str | None = None
 ) -> list[RatioRow]:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from slidingserve.eval.ratios import (
     RatioInterval,
     best_static_ratios,
+    compared_families,
     goodput_ratios,
-    static_families,
 )
 from slidingserve.reporting import format_table
 from slidingserve.sim.hardware import hardware_label
@@ -289,7 +289,7 @@ def experiment_payload(result: ExperimentResult) -> dict[str, Any]:
         "best_static_ratios": [
             {**dataclasses.asdict(row), "significant": row.interval.significant}
             for criterion in result.experiment.criteria
-            for base in static_families(result.experiment.policies)
+            for base in compared_families(result.experiment.policies)
             for row in best_static_ratios(result, base, criterion)
         ],
         "violation_curve": [dataclasses.asdict(point) for point in result.curve],

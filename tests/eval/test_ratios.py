@@ -15,6 +15,7 @@ from slidingserve.eval.experiment import (
 )
 from slidingserve.eval.ratios import (
     best_static_ratios,
+    compared_families,
     goodput_ratios,
     per_seed_ratios,
     ratio_interval,
@@ -157,3 +158,10 @@ def test_the_best_static_setting_is_picked_per_workload() -> None:
     assert "sarathi-edf#256" in table.splitlines()[3]  # arXiv's row names its best setting
     with pytest.raises(ValueError, match="fewer than two labels"):
         best_static_ratios(result, "qoserve")
+
+
+def test_a_family_alone_has_no_best_setting_table() -> None:
+    alone = ("slidingserve", "slidingserve#cap")
+    assert static_families(alone) == {"slidingserve": list(alone)}
+    assert compared_families(alone) == []
+    assert compared_families((*alone, "qoserve")) == ["slidingserve"]
