@@ -57,7 +57,8 @@ class BudgetConfig:
     # The decode windows (seconds) are divided by this (≥ 1) before a budget is sized; the
     # BatchConstructor's T_cur is the first of them
     time_margin: float = 1.0
-    # > 0: no window ends past (j + 1) × this × the tightest L_tbt (a per-gap stall cap)
+    # > 0: no window ends past (j + 1) × this × the tightest L_tbt, nor, when the decodes
+    # alone take longer than one L_tbt, past (j + 1) × (their time + (this − 1) × L_tbt)
     iteration_cap: float = 0.0
     # > 0: batch totals, decodes included, rounded down to a multiple of this many tokens
     # (a tile). The BatchConstructor's plans (whole prefills) are not rounded.
@@ -76,17 +77,27 @@ class BudgetConfig:
         return self.time_margin != 1 or self.iteration_cap != 0
 
 
-def budget_windows(budget: BudgetConfig, decoding: Sequence[Request], now: float) -> list[float]:
+def budget_windows(
+    budget: BudgetConfig, decoding: Sequence[Request], now: float, decode_time: float = 0.0
+) -> list[float]:
     """The cumulative decode windows (docs/design.md §5), seconds from `now`: at least two,
-    k with the window rule; shrunk by `time_margin` and capped by `iteration_cap` when set."""
+    k with the window rule; shrunk by `time_margin` and capped by `iteration_cap` when set
+    (`decode_time`: the predicted seconds of an iteration of the decodes alone)."""
     k = budget.rule.k if isinstance(budget.rule, WindowSplit) else 2
     horizons = decode_horizons(decoding, now, max(2, k))
     if budget.time_margin != 1:
         horizons = [h / budget.time_margin for h in horizons]
     if budget.iteration_cap and decoding:
-        step = budget.iteration_cap * min(r.slo.tbt for r in decoding)
+        step = iteration_limit(budget.iteration_cap, min(r.slo.tbt for r in decoding), decode_time)
         horizons = [min(h, (j + 1) * step) for j, h in enumerate(horizons)]
     return horizons
+
+
+def iteration_limit(cap: float, tbt: float, decode_time: float) -> float:
+    """The longest iteration `iteration_cap` = `cap` allows, seconds: cap × L_tbt, or, where
+    the decodes alone take longer than one L_tbt, their time + (cap − 1) × L_tbt, so that a
+    cap above 1 always leaves prefill some room (docs/design.md §8.1)."""
+    return max(cap * tbt, decode_time + (cap - 1) * tbt)
 
 
 def split_budget(rule: SplitRule, times: QueueTimes, horizons: Sequence[float]) -> ChunkChoice:

@@ -23,13 +23,14 @@ decode windows; the paper's seven predictor features."""
 DESIGN = SlidingServeConfig(
     ordering=EdfOrder(lost_last=True),
     triage=TriageConfig("drop-largest", rate="ema"),
-    budget=BudgetConfig(WindowSplit(k=1), time_margin=1.1, token_quantum=128),
+    budget=BudgetConfig(WindowSplit(k=1), time_margin=1.1, iteration_cap=2.0, token_quantum=128),
     features="rich",
 )
 """`slidingserve`, chosen by measurement (README, "The design"): deadline order with lost
 requests last; Moore–Hodgson triage of the prefill queue at the observed rate; the greedy
-budget of the tightest decode slack ÷ 1.1, its total rounded down to a 128-token tile; no
-BatchConstructor; the rich predictor."""
+budget of the tightest decode slack ÷ 1.1, no iteration past two TBTs (one TBT of slack
+spent at most), its total rounded down to a 128-token tile; no BatchConstructor; the rich
+predictor."""
 
 SC_EDF = SlidingServeConfig(
     ordering=EdfOrder(), budget=BudgetConfig(PaperSplit()), features="paper"

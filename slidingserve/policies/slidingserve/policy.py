@@ -107,7 +107,9 @@ class SlidingServePolicy(Policy):
         """Order (and triage) the queue; the BatchConstructor's plan if a prefill is at risk
         and its selection can be granted in full; else the SlidingChunker's."""
         queue = watch.run("order", lambda: self._sorted_queue(view))
-        horizons = budget_windows(self.config.budget, view.decoding, view.now)
+        horizons = budget_windows(
+            self.config.budget, view.decoding, view.now, self._capped_decode_time(view)
+        )
         construction = NO_CONSTRUCTION
         constructor = self.constructor
         if constructor is not None and queue:
@@ -121,6 +123,13 @@ class SlidingServePolicy(Policy):
             self.constructor_fallbacks += 1
             plan.path += FALLBACK_SUFFIX
         return plan
+
+    def _capped_decode_time(self, view: SchedulerView) -> float:
+        """The predicted time of the decodes alone, where `iteration_cap` reads it (else 0)."""
+        if not self.config.budget.iteration_cap or not view.decoding:
+            return 0.0
+        contexts = tuple(r.num_computed for r in view.decoding)
+        return self.model.predict_shape(BatchShape(contexts, ()))
 
     def on_iteration_end(self, record: IterationRecord) -> None:
         """Fold the iteration's prefill throughput into the EMA ρ_t."""

@@ -54,7 +54,8 @@ def test_the_paper_and_the_design_differ_where_the_readme_says() -> None:
     assert PAPER.triage is None and DESIGN.triage == TriageConfig("drop-largest", "ema")
     assert PAPER.constructor == ConstructorConfig() and DESIGN.constructor is None
     assert PAPER.budget == BudgetConfig(PaperSplit())
-    assert (DESIGN.budget.time_margin, DESIGN.budget.token_quantum) == (1.1, 128)
+    budget = DESIGN.budget
+    assert (budget.time_margin, budget.iteration_cap, budget.token_quantum) == (1.1, 2.0, 128)
     assert (PAPER.features, DESIGN.features) == ("paper", "rich")
 
 
@@ -76,14 +77,16 @@ class TestChangingAPart:
 
     def test_the_same_choice_keeps_the_base_settings(self) -> None:
         config = compose(DESIGN, {"chunker": "paper"})
-        assert config.budget == BudgetConfig(PaperSplit(), time_margin=1.1, token_quantum=128)
+        assert config.budget == BudgetConfig(
+            PaperSplit(), time_margin=1.1, iteration_cap=2.0, token_quantum=128
+        )
 
     def test_the_constructor_comes_with_its_defaults_and_the_options_given(self) -> None:
         config = compose(DESIGN, {"batch_constructor": True, "max_anchors": 2})
         assert config.constructor == ConstructorConfig(max_anchors=2)
 
     def test_settings_that_stop_applying_are_dropped(self) -> None:
-        # DESIGN's margin means nothing to a fixed budget without a constructor.
+        # DESIGN's margin and cap mean nothing to a fixed budget without a constructor.
         assert compose(DESIGN, {"chunker": "fixed"}).budget == BudgetConfig(
             FixedSplit(), token_quantum=128
         )

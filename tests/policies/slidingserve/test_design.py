@@ -76,6 +76,18 @@ def test_iteration_cap_bounds_an_iteration_by_the_tightest_tbt() -> None:
     assert sum(tokens(plan).values()) == 1000
 
 
+def test_a_cap_above_one_leaves_prefill_room_when_the_decodes_alone_exceed_the_tbt() -> None:
+    # TBT 5 ms, the decode alone 10.01 ms, slack 35 ms. Cap 1 allows only the decode; cap 2
+    # allows the decodes' time + one TBT, 15.01 ms: about 500 prefill tokens.
+    decode = make_decoding("d", arrival=0.0, ttft=1.0, tbt=0.005, generated=1)
+    waiting = make_request("p", arrival=0.9, prompt=5000, ttft=5.0)
+    view, _ = make_view(now=0.97, waiting=[waiting], running=[decode])
+    options = {"token_quantum": 0, "time_margin": 1.0}
+    assert tokens(build(iteration_cap=1.0, **options).schedule(view)) == {"d": 1}
+    capped = tokens(build(iteration_cap=2.0, **options).schedule(view))
+    assert capped["d"] == 1 and 495 <= capped["p"] <= 500
+
+
 def test_lost_requests_go_last_and_triage_serves_the_ones_that_can_make_it() -> None:
     lost = make_request("lost", arrival=0.0, prompt=100, ttft=0.5)
     big = make_request("big", arrival=0.9, prompt=15000, ttft=0.3)  # due 1.2 s
