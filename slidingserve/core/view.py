@@ -56,6 +56,9 @@ class SchedulerView:
     limits: EngineLimits
     kv: KVView
     admit: bool = True  # False after a preemption this iteration: vLLM admits nothing then
+    # KV blocks the decodes need for their next token (`kv_blocks.next_token_blocks`), when
+    # the engine counted them already; None: `PlanBuilder` counts them
+    decode_blocks: int | None = None
 
     @classmethod
     def from_queues(
@@ -66,12 +69,18 @@ class SchedulerView:
         limits: EngineLimits,
         kv: KVView,
         admit: bool = True,
+        decode_blocks: int | None = None,
     ) -> SchedulerView:
         """The view of an engine's two queues: `running` split by phase into `prefilling`
         and `decoding` (each in admission order). Both engines build their view here."""
-        decoding = [r for r in running if r.phase is Phase.DECODING]
-        prefilling = [r for r in running if r.phase is Phase.PREFILLING]
-        return cls(now, waiting, running, prefilling, decoding, limits, kv, admit)
+        decoding: list[Request] = []
+        prefilling: list[Request] = []
+        for request in running:
+            if request.phase is Phase.DECODING:
+                decoding.append(request)
+            elif request.phase is Phase.PREFILLING:
+                prefilling.append(request)
+        return cls(now, waiting, running, prefilling, decoding, limits, kv, admit, decode_blocks)
 
     @property
     def num_running(self) -> int:
