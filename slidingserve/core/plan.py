@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from slidingserve.core.kv_blocks import next_token_blocks
-from slidingserve.core.request import Phase
+from slidingserve.core.request import DECODING, FINISHED, WAITING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from slidingserve.core.request import Request
     from slidingserve.core.view import SchedulerView
@@ -79,18 +79,18 @@ class PlanBuilder:
         """Tokens `request` can cache in the blocks it holds plus those it may take."""
         kv = self._view.kv
         free = self.blocks_left
-        if request.phase is not Phase.DECODING:
+        if request.phase is not DECODING:
             free -= self._reserved
         return (kv.held(request) + max(0, free)) * kv.block_size - request.num_computed
 
     def add(self, request: Request, want: int) -> int:
         """Schedule up to `want` tokens of `request`; return how many were granted."""
-        if self.seats_left == 0 or (request.phase is Phase.WAITING and not self.admissions_left):
+        if self.seats_left == 0 or (request.phase is WAITING and not self.admissions_left):
             return 0
         tokens = min(want, self.tokens_left)
         room = self._kv_room(request)
         if tokens > room:
-            if request.phase is Phase.WAITING:
+            if request.phase is WAITING:
                 self.admissions_left = 0  # all or nothing, and no admission after a miss
                 return 0
             tokens = room
@@ -98,20 +98,23 @@ class PlanBuilder:
             return 0
         needed = self._extra_blocks(request, tokens)
         self.blocks_left -= needed
-        if request.phase is Phase.DECODING:
+        if request.phase is DECODING:
             self._reserved -= needed
         self.tokens_left -= tokens
         self.seats_left -= 1
-        if request.phase is Phase.WAITING:
+        if request.phase is WAITING:
             self.admissions_left -= 1
         self.chunks.append(ScheduledChunk(request, tokens))
         return tokens
 
     def add_decodes(self, requests: Iterable[Request]) -> None:
-        """One token for each decode (all of `view.decoding` at once when they fit)."""
+        """One token for each decode, in the order of `requests`; at once when they are all
+        of `view.decoding` (itself or in another order) and fit."""
         decoding = self._view.decoding
-        if requests is decoding and len(decoding) <= min(self.seats_left, self.tokens_left):
-            self.chunks.extend(ScheduledChunk(request, 1) for request in decoding)
+        if len(decoding) <= min(self.seats_left, self.tokens_left) and _same_requests(
+            requests, decoding
+        ):
+            self.chunks.extend([ScheduledChunk(request, 1) for request in requests])
             self.blocks_left -= self._reserved  # the engine made room: the reserve is free
             self._reserved = 0
             self.seats_left -= len(decoding)
@@ -129,6 +132,15 @@ class PlanBuilder:
 
     def build(self, path: str = "", predicted_time: float | None = None) -> Plan:
         return Plan(self.chunks, path, predicted_time)
+
+
+def _same_requests(requests: Iterable[Request], decoding: Sequence[Request]) -> bool:
+    """Whether `requests` holds exactly the requests of `decoding`, each once, in any order."""
+    if requests is decoding:
+        return True
+    if not isinstance(requests, list | tuple) or len(requests) != len(decoding):
+        return False
+    return set(map(id, requests)) == set(map(id, decoding))
 
 
 def validate_plan(plan: Plan, view: SchedulerView) -> None:
@@ -172,10 +184,10 @@ def _plan_totals(plan: Plan, view: SchedulerView) -> _PlanTotals:
     for request, tokens in plan.chunks:
         tokens_total += tokens
         phase = request.phase
-        if phase is Phase.WAITING:
+        if phase is WAITING:
             admitted += 1
         if bad_chunk is None:
-            if phase is Phase.DECODING and tokens == 1 and request.request_id not in seen:
+            if phase is DECODING and tokens == 1 and request.request_id not in seen:
                 seen.add(request.request_id)  # the common chunk, checked inline
             else:
                 bad_chunk = _chunk_error(request, tokens, seen)
@@ -192,11 +204,11 @@ def _chunk_error(request: Request, tokens: int, seen: set[str]) -> InvalidPlanEr
     if request_id in seen:
         return InvalidPlanError(f"request {request_id} scheduled twice")
     seen.add(request_id)
-    if phase is Phase.DECODING:
+    if phase is DECODING:
         if tokens != 1:
             return InvalidPlanError(f"decode {request_id} given {tokens} tokens, not 1")
         return None
-    if phase is Phase.FINISHED:
+    if phase is FINISHED:
         return InvalidPlanError(f"request {request_id} is finished")
     if not 1 <= tokens <= request.remaining_prefill:
         return InvalidPlanError(

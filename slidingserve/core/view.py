@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from slidingserve.core.checks import require_int
-from slidingserve.core.request import Phase
+from slidingserve.core.request import DECODING, PREFILLING
 
 if TYPE_CHECKING:
     from slidingserve.core.request import Request
@@ -76,9 +76,10 @@ class SchedulerView:
         decoding: list[Request] = []
         prefilling: list[Request] = []
         for request in running:
-            if request.phase is Phase.DECODING:
+            phase = request.phase
+            if phase is DECODING:
                 decoding.append(request)
-            elif request.phase is Phase.PREFILLING:
+            elif phase is PREFILLING:
                 prefilling.append(request)
         return cls(now, waiting, running, prefilling, decoding, limits, kv, admit, decode_blocks)
 

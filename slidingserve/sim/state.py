@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 from slidingserve.core.kv_blocks import next_token_blocks
-from slidingserve.core.request import Phase
+from slidingserve.core.request import DECODING, WAITING, Phase
 from slidingserve.core.view import SchedulerView
 
 if TYPE_CHECKING:
@@ -97,8 +97,7 @@ class EngineState:
         return preempted
 
     def _blocks_for_next_decode(self) -> int:
-        decoding = Phase.DECODING
-        return next_token_blocks(self.kv, (r for r in self.running if r.phase is decoding))
+        return next_token_blocks(self.kv, (r for r in self.running if r.phase is DECODING))
 
     def preempt(self, request: Request) -> None:
         """Drop `request`'s KV cache; it waits at the head of the queue to recompute."""
@@ -116,14 +115,15 @@ class EngineState:
         """Apply `plan`, which ran until time `end`: cache tokens, emit tokens, finish."""
         self._decode_blocks = None
         admitted = finished = False
-        grow, decoding = self.kv.grow, Phase.DECODING
+        grow = self.kv.grow
         for request, tokens in plan.chunks:
             grow(request, tokens)
             request.num_computed += tokens
-            if request.phase is decoding:
+            phase = request.phase
+            if phase is DECODING:
                 finished |= self._emit(request, end)
                 continue
-            if request.phase is Phase.WAITING:
+            if phase is WAITING:
                 if self.tracer is not None:
                     self.tracer.started(request, self.now)
                 request.phase = Phase.PREFILLING
