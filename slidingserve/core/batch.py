@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
-from slidingserve.core.request import Phase
+from slidingserve.core.request import DECODING, WAITING
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -52,10 +52,10 @@ class BatchShape:
         prefills: list[tuple[int, int]] = []
         for request, tokens in chunks:
             phase = request.phase
-            if phase is Phase.DECODING:
+            if phase is DECODING:
                 decodes.append(request.num_computed)
             else:
-                prefills.append((tokens, 0 if phase is Phase.WAITING else request.num_computed))
+                prefills.append((tokens, 0 if phase is WAITING else request.num_computed))
         return cls(tuple(decodes), tuple(prefills))
 
     @classmethod

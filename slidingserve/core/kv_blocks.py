@@ -5,12 +5,28 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from slidingserve.core.request import Request
+    from slidingserve.core.view import KVView
 
 
 def blocks_for_tokens(tokens: int, block_size: int) -> int:
     """Blocks needed to hold `tokens` cached tokens."""
     return -(-tokens // block_size)
+
+
+def next_token_blocks(kv: KVView, requests: Iterable[Request]) -> int:
+    """Blocks `requests` must add together to cache one more token each (decodes: the room
+    the engine makes and `PlanBuilder` keeps for them). One pass, no call per request: it
+    runs over every decode at every iteration."""
+    held, block_size = kv.held, kv.block_size
+    total = 0
+    for request in requests:
+        extra = -(-(request.num_computed + 1) // block_size) - held(request)
+        if extra > 0:
+            total += extra
+    return total
 
 
 class KVBlockManager:
@@ -35,8 +51,9 @@ class KVBlockManager:
 
     def extra_blocks(self, request: Request, new_tokens: int) -> int:
         """Blocks `request` must add to cache `new_tokens` more tokens."""
-        needed = blocks_for_tokens(request.num_computed + new_tokens, self.block_size)
-        return max(0, needed - self.held(request))
+        needed = -(-(request.num_computed + new_tokens) // self.block_size)  # blocks_for_tokens
+        extra = needed - self._held.get(request.request_id, 0)
+        return extra if extra > 0 else 0
 
     def can_grow(self, request: Request, new_tokens: int) -> bool:
         """Whether the free blocks can hold `new_tokens` more tokens of `request`."""
@@ -44,15 +61,17 @@ class KVBlockManager:
 
     def grow(self, request: Request, new_tokens: int) -> None:
         """Allocate the blocks for `new_tokens` more cached tokens of `request`."""
-        extra = self.extra_blocks(request, new_tokens)
+        request_id = request.request_id
+        held = self._held.get(request_id, 0)
+        extra = -(-(request.num_computed + new_tokens) // self.block_size) - held
+        if extra <= 0:
+            return
         if extra > self.num_free:
             raise RuntimeError(
-                f"KV over-commit: request {request.request_id} needs {extra} blocks, "
-                f"{self.num_free} free"
+                f"KV over-commit: request {request_id} needs {extra} blocks, {self.num_free} free"
             )
-        if extra:
-            self._held[request.request_id] = self.held(request) + extra
-            self.num_free -= extra
+        self._held[request_id] = held + extra
+        self.num_free -= extra
 
     def free(self, request: Request) -> None:
         """Release every block of `request` (finished or preempted)."""

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
-from slidingserve.core.kv_blocks import blocks_for_tokens
-from slidingserve.core.request import Phase
+from slidingserve.core.kv_blocks import next_token_blocks
+from slidingserve.core.request import DECODING, FINISHED, WAITING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from slidingserve.core.request import Request
     from slidingserve.core.view import SchedulerView
@@ -64,31 +64,33 @@ class PlanBuilder:
         room = view.limits.max_num_seqs - view.num_running
         self.admissions_left = max(0, room) if view.admit else 0
         self.blocks_left = view.kv.num_free
-        self._reserved = sum(self._extra_blocks(r, 1) for r in view.decoding)
+        reserved = view.decode_blocks
+        if reserved is None:
+            reserved = next_token_blocks(view.kv, view.decoding)
+        self._reserved = reserved
         self.chunks: list[ScheduledChunk] = []
 
     def _extra_blocks(self, request: Request, tokens: int) -> int:
         kv = self._view.kv
-        return max(
-            0, blocks_for_tokens(request.num_computed + tokens, kv.block_size) - kv.held(request)
-        )
+        extra = -(-(request.num_computed + tokens) // kv.block_size) - kv.held(request)
+        return extra if extra > 0 else 0
 
     def _kv_room(self, request: Request) -> int:
         """Tokens `request` can cache in the blocks it holds plus those it may take."""
         kv = self._view.kv
         free = self.blocks_left
-        if request.phase is not Phase.DECODING:
+        if request.phase is not DECODING:
             free -= self._reserved
         return (kv.held(request) + max(0, free)) * kv.block_size - request.num_computed
 
     def add(self, request: Request, want: int) -> int:
         """Schedule up to `want` tokens of `request`; return how many were granted."""
-        if self.seats_left == 0 or (request.phase is Phase.WAITING and not self.admissions_left):
+        if self.seats_left == 0 or (request.phase is WAITING and not self.admissions_left):
             return 0
         tokens = min(want, self.tokens_left)
         room = self._kv_room(request)
         if tokens > room:
-            if request.phase is Phase.WAITING:
+            if request.phase is WAITING:
                 self.admissions_left = 0  # all or nothing, and no admission after a miss
                 return 0
             tokens = room
@@ -96,20 +98,23 @@ class PlanBuilder:
             return 0
         needed = self._extra_blocks(request, tokens)
         self.blocks_left -= needed
-        if request.phase is Phase.DECODING:
+        if request.phase is DECODING:
             self._reserved -= needed
         self.tokens_left -= tokens
         self.seats_left -= 1
-        if request.phase is Phase.WAITING:
+        if request.phase is WAITING:
             self.admissions_left -= 1
         self.chunks.append(ScheduledChunk(request, tokens))
         return tokens
 
     def add_decodes(self, requests: Iterable[Request]) -> None:
-        """One token for each decode (all of `view.decoding` at once when they fit)."""
+        """One token for each decode, in the order of `requests`; at once when they are all
+        of `view.decoding` (itself or in another order) and fit."""
         decoding = self._view.decoding
-        if requests is decoding and len(decoding) <= min(self.seats_left, self.tokens_left):
-            self.chunks.extend(ScheduledChunk(request, 1) for request in decoding)
+        if len(decoding) <= min(self.seats_left, self.tokens_left) and _same_requests(
+            requests, decoding
+        ):
+            self.chunks.extend([ScheduledChunk(request, 1) for request in requests])
             self.blocks_left -= self._reserved  # the engine made room: the reserve is free
             self._reserved = 0
             self.seats_left -= len(decoding)
@@ -129,16 +134,27 @@ class PlanBuilder:
         return Plan(self.chunks, path, predicted_time)
 
 
+def _same_requests(requests: Iterable[Request], decoding: Sequence[Request]) -> bool:
+    """Whether `requests` holds exactly the requests of `decoding`, each once, in any order."""
+    if requests is decoding:
+        return True
+    if not isinstance(requests, list | tuple) or len(requests) != len(decoding):
+        return False
+    return set(map(id, requests)) == set(map(id, decoding))
+
+
 def validate_plan(plan: Plan, view: SchedulerView) -> None:
-    """Raise `InvalidPlanError` if `plan` breaks a limit of `view`'s engine."""
+    """Raise `InvalidPlanError` if `plan` breaks a limit of `view`'s engine (the first of:
+    the batch-size cap, the token budget, the admissions, a chunk, the free KV blocks)."""
     limits = view.limits
     if len(plan.chunks) > limits.max_num_seqs:
         raise InvalidPlanError(f"{len(plan.chunks)} requests > max_num_seqs {limits.max_num_seqs}")
-    if plan.total_tokens > limits.max_num_batched_tokens:
+    totals = _plan_totals(plan, view)
+    if totals.tokens > limits.max_num_batched_tokens:
         raise InvalidPlanError(
-            f"{plan.total_tokens} tokens > max_num_batched_tokens {limits.max_num_batched_tokens}"
+            f"{totals.tokens} tokens > max_num_batched_tokens {limits.max_num_batched_tokens}"
         )
-    admitted = sum(1 for chunk in plan.chunks if chunk.request.phase is Phase.WAITING)
+    admitted = totals.admitted
     if admitted and not view.admit:
         raise InvalidPlanError(f"plan admits {admitted} requests in an iteration that preempted")
     if admitted > limits.max_num_seqs - view.num_running:
@@ -146,28 +162,56 @@ def validate_plan(plan: Plan, view: SchedulerView) -> None:
             f"plan admits {admitted} requests beside {view.num_running} running; "
             f"max_num_seqs is {limits.max_num_seqs}"
         )
+    if totals.bad_chunk is not None:
+        raise totals.bad_chunk
+    if totals.blocks > view.kv.num_free:
+        raise InvalidPlanError(f"plan needs {totals.blocks} KV blocks, {view.kv.num_free} free")
+
+
+class _PlanTotals(NamedTuple):
+    tokens: int  # tokens in the plan
+    admitted: int  # waiting requests it starts
+    blocks: int  # KV blocks its chunks add
+    bad_chunk: InvalidPlanError | None  # the first chunk scheduled twice or given bad tokens
+
+
+def _plan_totals(plan: Plan, view: SchedulerView) -> _PlanTotals:
+    """What `validate_plan` checks, in one pass over the chunks (it runs every iteration)."""
+    block_size, held = view.limits.block_size, view.kv.held
+    tokens_total = admitted = blocks = 0
+    bad_chunk: InvalidPlanError | None = None
     seen: set[str] = set()
-    blocks = 0
     for request, tokens in plan.chunks:
-        if request.request_id in seen:
-            raise InvalidPlanError(f"request {request.request_id} scheduled twice")
-        seen.add(request.request_id)
-        _check_tokens(request, tokens)
-        needed = blocks_for_tokens(request.num_computed + tokens, limits.block_size)
-        needed -= view.kv.held(request)
-        blocks += max(0, needed)
-    if blocks > view.kv.num_free:
-        raise InvalidPlanError(f"plan needs {blocks} KV blocks, {view.kv.num_free} free")
+        tokens_total += tokens
+        phase = request.phase
+        if phase is WAITING:
+            admitted += 1
+        if bad_chunk is None:
+            if phase is DECODING and tokens == 1 and request.request_id not in seen:
+                seen.add(request.request_id)  # the common chunk, checked inline
+            else:
+                bad_chunk = _chunk_error(request, tokens, seen)
+        needed = -(-(request.num_computed + tokens) // block_size) - held(request)
+        if needed > 0:
+            blocks += needed
+    return _PlanTotals(tokens_total, admitted, blocks, bad_chunk)
 
 
-def _check_tokens(request: Request, tokens: int) -> None:
-    if request.phase is Phase.FINISHED:
-        raise InvalidPlanError(f"request {request.request_id} is finished")
-    if request.phase is Phase.DECODING:
+def _chunk_error(request: Request, tokens: int, seen: set[str]) -> InvalidPlanError | None:
+    """The error of a chunk scheduled twice or with tokens its phase cannot take (None if
+    neither); adds `request` to `seen`."""
+    request_id, phase = request.request_id, request.phase
+    if request_id in seen:
+        return InvalidPlanError(f"request {request_id} scheduled twice")
+    seen.add(request_id)
+    if phase is DECODING:
         if tokens != 1:
-            raise InvalidPlanError(f"decode {request.request_id} given {tokens} tokens, not 1")
-    elif not 1 <= tokens <= request.remaining_prefill:
-        raise InvalidPlanError(
-            f"prefill {request.request_id} given {tokens} tokens, "
-            f"{request.remaining_prefill} remain"
+            return InvalidPlanError(f"decode {request_id} given {tokens} tokens, not 1")
+        return None
+    if phase is FINISHED:
+        return InvalidPlanError(f"request {request_id} is finished")
+    if not 1 <= tokens <= request.remaining_prefill:
+        return InvalidPlanError(
+            f"prefill {request_id} given {tokens} tokens, {request.remaining_prefill} remain"
         )
+    return None

@@ -31,6 +31,14 @@ class Phase(enum.Enum):
     """Every output token emitted, or refused at admission (`Request.refused`)."""
 
 
+# The phases under plain module names, for the loops that test the phase of every request
+# at every iteration: reading a member off an Enum class costs ~0.1 µs in Python 3.11.
+WAITING = Phase.WAITING
+PREFILLING = Phase.PREFILLING
+DECODING = Phase.DECODING
+FINISHED = Phase.FINISHED
+
+
 @dataclass(frozen=True, slots=True)
 class SLO:
     """Latency targets of one request."""
@@ -109,9 +117,12 @@ class Request:
     @property
     def remaining_prefill(self) -> int:
         """r_i: prefill tokens still to compute (0 while decoding)."""
-        if self.phase is Phase.DECODING or self.phase is Phase.FINISHED:
+        phase = self.phase
+        if phase is DECODING or phase is FINISHED:
             return 0
-        return self.prefill_target - self.num_computed
+        # prefill_target − num_computed, without the property call: schedulers read it
+        # for every queued request at every iteration
+        return self.prompt_len + self.num_generated - self.num_computed
 
     @property
     def remaining_output(self) -> int:
@@ -119,7 +130,7 @@ class Request:
 
     @property
     def ttft_deadline(self) -> float:
-        return self.deadline(0)
+        return self.slo.deadline(self.arrival, 0)
 
     def deadline(self, k: int) -> float:
         """d_{i,k+1}: deadline of output token k+1 (k = 0 is the first token), eq. (1)."""
@@ -128,7 +139,7 @@ class Request:
     @property
     def next_deadline(self) -> float:
         """Deadline of the next token this request will emit."""
-        return self.deadline(self.num_generated)
+        return self.slo.deadline(self.arrival, self.num_generated)
 
     def slack(self, now: float) -> float:
         """s_i(t): time left before the next token's deadline, seconds (≤ 0: lost)."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from slidingserve.core.checks import require_int
-from slidingserve.core.request import Phase
+from slidingserve.core.request import DECODING, PREFILLING
 
 if TYPE_CHECKING:
     from slidingserve.core.request import Request
@@ -56,6 +56,9 @@ class SchedulerView:
     limits: EngineLimits
     kv: KVView
     admit: bool = True  # False after a preemption this iteration: vLLM admits nothing then
+    # KV blocks the decodes need for their next token (`kv_blocks.next_token_blocks`), when
+    # the engine counted them already; None: `PlanBuilder` counts them
+    decode_blocks: int | None = None
 
     @classmethod
     def from_queues(
@@ -66,12 +69,19 @@ class SchedulerView:
         limits: EngineLimits,
         kv: KVView,
         admit: bool = True,
+        decode_blocks: int | None = None,
     ) -> SchedulerView:
         """The view of an engine's two queues: `running` split by phase into `prefilling`
         and `decoding` (each in admission order). Both engines build their view here."""
-        decoding = [r for r in running if r.phase is Phase.DECODING]
-        prefilling = [r for r in running if r.phase is Phase.PREFILLING]
-        return cls(now, waiting, running, prefilling, decoding, limits, kv, admit)
+        decoding: list[Request] = []
+        prefilling: list[Request] = []
+        for request in running:
+            phase = request.phase
+            if phase is DECODING:
+                decoding.append(request)
+            elif phase is PREFILLING:
+                prefilling.append(request)
+        return cls(now, waiting, running, prefilling, decoding, limits, kv, admit, decode_blocks)
 
     @property
     def num_running(self) -> int:

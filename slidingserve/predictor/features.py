@@ -15,6 +15,8 @@ from __future__ import annotations
 import enum
 from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import mul
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -194,28 +196,16 @@ class PrefillQueueProfile:
         self._build_prefix_sums(candidates)
 
     def _build_prefix_sums(self, candidates: Sequence[tuple[int, int]]) -> None:
-        cum_remaining, cum_cached_attention, cum_square, cum_cached = [0], [0], [0], [0]
-        prefix_max, cached = [0], []
-        total_r = total_cached_attention = total_square = total_cached = largest = 0
-        for r, u in candidates:
-            if r < 1 or u < 0:
-                raise ValueError(f"bad prefill candidate (remaining={r}, cached={u})")
-            total_r += r
-            total_cached_attention += r * u
-            total_square += r * r
-            total_cached += u
-            largest = max(largest, r)
-            cum_remaining.append(total_r)
-            cum_cached_attention.append(total_cached_attention)
-            cum_square.append(total_square)
-            cum_cached.append(total_cached)
-            prefix_max.append(largest)
-            cached.append(u)
-        self._cum_remaining = cum_remaining
-        self._cum_cached_attention = cum_cached_attention
-        self._cum_square = cum_square
-        self._cum_cached = cum_cached
-        self._prefix_max = prefix_max
+        remaining = [r for r, _ in candidates]
+        cached = [u for _, u in candidates]
+        if remaining and (min(remaining) < 1 or min(cached) < 0):
+            r, u = next((r, u) for r, u in candidates if r < 1 or u < 0)
+            raise ValueError(f"bad prefill candidate (remaining={r}, cached={u})")
+        self._cum_remaining = [0, *accumulate(remaining)]
+        self._cum_cached_attention = [0, *accumulate(map(mul, remaining, cached))]
+        self._cum_square = [0, *accumulate(map(mul, remaining, remaining))]
+        self._cum_cached = [0, *accumulate(cached)]
+        self._prefix_max = [0, *accumulate(remaining, max)]
         self._cached = cached
 
     @property

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from slidingserve.core.request import Phase
+from slidingserve.core.kv_blocks import next_token_blocks
+from slidingserve.core.request import DECODING, WAITING, Phase
 from slidingserve.core.view import SchedulerView
 
 if TYPE_CHECKING:
@@ -34,6 +35,9 @@ class EngineState:
         self.running: list[Request] = []
         self._next_pending = 0
         self._num_finished = 0
+        # KV blocks the decodes need for their next token, counted by
+        # `make_room_for_decodes` and valid until the running requests change; None: unknown
+        self._decode_blocks: int | None = None
 
     @property
     def all_finished(self) -> bool:
@@ -75,7 +79,7 @@ class EngineState:
         unless nothing is running any more."""
         admit = admit or not self.running
         return SchedulerView.from_queues(
-            self.now, self.waiting, self.running, limits, self.kv, admit
+            self.now, self.waiting, self.running, limits, self.kv, admit, self._decode_blocks
         )
 
     def make_room_for_decodes(self) -> int:
@@ -84,17 +88,20 @@ class EngineState:
         Returns the number of preemptions (vLLM's recompute preemption, newest first).
         """
         preempted = 0
-        while self._blocks_for_next_decode() > self.kv.num_free:
+        needed = self._blocks_for_next_decode()
+        while needed > self.kv.num_free:
             self.preempt(self.running[-1])
             preempted += 1
+            needed = self._blocks_for_next_decode()
+        self._decode_blocks = needed
         return preempted
 
     def _blocks_for_next_decode(self) -> int:
-        kv = self.kv
-        return sum(kv.extra_blocks(r, 1) for r in self.running if r.phase is Phase.DECODING)
+        return next_token_blocks(self.kv, (r for r in self.running if r.phase is DECODING))
 
     def preempt(self, request: Request) -> None:
         """Drop `request`'s KV cache; it waits at the head of the queue to recompute."""
+        self._decode_blocks = None
         self.kv.free(request)
         request.num_computed = 0
         request.phase = Phase.WAITING
@@ -106,14 +113,17 @@ class EngineState:
 
     def execute(self, plan: Plan, end: float) -> None:
         """Apply `plan`, which ran until time `end`: cache tokens, emit tokens, finish."""
+        self._decode_blocks = None
         admitted = finished = False
+        grow = self.kv.grow
         for request, tokens in plan.chunks:
-            self.kv.grow(request, tokens)
+            grow(request, tokens)
             request.num_computed += tokens
-            if request.phase is Phase.DECODING:
+            phase = request.phase
+            if phase is DECODING:
                 finished |= self._emit(request, end)
                 continue
-            if request.phase is Phase.WAITING:
+            if phase is WAITING:
                 if self.tracer is not None:
                     self.tracer.started(request, self.now)
                 request.phase = Phase.PREFILLING
@@ -130,6 +140,7 @@ class EngineState:
 
     def execute_decode_run(self, ends: list[float]) -> None:
         """Apply len(ends) decode-only iterations of every running request, ending at `ends`."""
+        self._decode_blocks = None
         steps = len(ends)
         finished = False
         for request in self.running:

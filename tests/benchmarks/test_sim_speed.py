@@ -20,9 +20,9 @@ def run_script(
 
 
 def rows(lines: list[str]) -> dict[str, list[str]]:
-    """The table's rows by policy: iterations, fast-forwarded, simulated s, wall s, req/wall-s,
-    ratio to Vidur."""
-    names = ("sarathi", "qoserve", "slidingserve", "vllm")
+    """The table's rows by policy: rate, iterations, fast-forwarded, simulated s, wall s,
+    req/wall-s, ratio to Vidur."""
+    names = ("sarathi", "qoserve", "slidingserve", "vllm", "scorpio")
     cells = [line.split() for line in lines]
     return {row[0]: row[1:] for row in cells if row and row[0] in names}
 
@@ -35,7 +35,8 @@ def test_the_default_policies_are_all_timed_after_one_calibration(
     assert len([line for line in lines if line.startswith("calibration (4000 timed")]) == 1
     table = rows(lines)
     assert list(table) == ["sarathi", "qoserve", "slidingserve"]
-    for iterations, fast_forwarded, simulated, wall, speed, ratio in table.values():
+    for rate, iterations, fast_forwarded, simulated, wall, speed, ratio in table.values():
+        assert rate == "1.00"
         assert int(iterations) >= int(fast_forwarded) >= 0
         assert float(simulated) > 10.0  # 20 arrivals at 1 req/s span about 20 s
         assert float(wall) < 5.0 and float(speed) >= 20 / 5.0
@@ -50,3 +51,21 @@ def test_baselines_alone_need_no_calibration(
     )
     assert not any(line.startswith("calibration") for line in lines)
     assert list(rows(lines)) == ["vllm", "sarathi"]
+
+
+def test_at_goodput_runs_each_policy_at_its_own_goodput(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ("--workload", "sharegpt", "--requests", "10", "--repeats", "1", "--at-goodput")
+    lines = run_script(monkeypatch, capsys, *argv, "--policy", "sarathi", "scorpio")
+    table = rows(lines)
+    assert table["sarathi"][0] == "2.03g"  # docs/results.md §1.1
+    assert table["scorpio"][0] == "1.00"  # no goodput known: --rate
+
+
+def test_at_goodput_refuses_a_workload_without_known_goodputs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        run_script(monkeypatch, capsys, "--at-goodput", "--policy", "sarathi")
+    assert "--at-goodput" in capsys.readouterr().err

@@ -119,6 +119,9 @@ class ScorpioPolicy(Policy):
         self.uniform_tpot = True  # every admitted request has one TPOT (after the last plan)
         self.num_refused = 0  # requests refused by the TTFT guard
         self.num_gated = 0  # steps whose admission the TPOT gate stopped
+        # Predicted seconds of a prefill-only batch, by its tokens (at most B_max keys): the
+        # rejection asks for one per waiting request at every step, and the model is fixed
+        self._prefill_times: dict[int, float] = {}
 
     # -- the iteration ------------------------------------------------------------------
 
@@ -128,11 +131,13 @@ class ScorpioPolicy(Policy):
             self.output_len.observe(view.running, view.waiting)
         if config.credit_batching:
             self.ledger.forget_departed((view.running, view.waiting))
-        refused = self.unattainable(view) if config.reject_unattainable else []
+        queue = ldf_order(view.waiting)
+        refused = self.unattainable(view, queue) if config.reject_unattainable else []
         if refused:
             view = view.without(refused)
             self.num_refused += len(refused)
-        queue = ldf_order(view.waiting)
+            gone = set(map(id, refused))
+            queue = [r for r in queue if id(r) not in gone]  # still in deadline order
         state = TpotState(r.slo.tbt for r in view.running)
         if config.chunked_prefill:
             plan = self._chunked_step(view, queue, state)
@@ -208,16 +213,19 @@ class ScorpioPolicy(Policy):
 
     # -- the guards -----------------------------------------------------------------------
 
-    def unattainable(self, view: SchedulerView) -> list[Request]:
+    def unattainable(
+        self, view: SchedulerView, order: Sequence[Request] | None = None
+    ) -> list[Request]:
         """`_reject_ttft_unattainable`: waiting requests in deadline order whose TTFT
         deadline is before now + the predicted time to prefill the prompts ahead of them
         (ongoing prefills first) and their own + `ttft_margin`. A refused request's tokens
-        are not charged to later ones; one preempted after its first token is never refused."""
+        are not charged to later ones; one preempted after its first token is never refused.
+        `order`: the waiting requests in deadline order, when the caller has sorted them."""
         ahead = sum(r.remaining_prefill for r in view.prefilling)
         refused: list[Request] = []
         margin = self.config.ttft_margin
         full = self._prefill_time(self.max_tokens)
-        for request in ldf_order(view.waiting):
+        for request in ldf_order(view.waiting) if order is None else order:
             tokens = ahead + request.remaining_prefill
             if not request.num_generated:
                 wait = self.prefill_wait(tokens, full)
@@ -271,7 +279,11 @@ class ScorpioPolicy(Policy):
         return t_low + (batch_size - low) * (t_high - t_low)
 
     def _prefill_time(self, tokens: int) -> float:
-        return self._predict(BatchShape((), ((tokens, 0),)))
+        seconds = self._prefill_times.get(tokens)
+        if seconds is None:
+            seconds = self._predict(BatchShape((), ((tokens, 0),)))
+            self._prefill_times[tokens] = seconds
+        return seconds
 
     def _predict(self, shape: BatchShape) -> float:
         return self.model.predict_features(*batch_features(shape))

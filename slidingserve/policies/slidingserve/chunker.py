@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from slidingserve.predictor import predicted_time_at, time_to_budget
 
 if TYPE_CHECKING:
+    from slidingserve.core.request import Request
     from slidingserve.predictor import LatencyModel, PrefillQueueProfile
 
 
@@ -53,6 +54,24 @@ class QueueTimes:
             return self.max_prefill
         budget = time_to_budget(self.model, self.profile, seconds, self.max_tokens)
         return budget.prefill_tokens if budget.fits else None
+
+
+def queue_head(
+    queue: Sequence[Request], max_requests: int, max_prefill: int
+) -> list[tuple[int, int]]:
+    """(r_j, u_j) of the first `max_requests` requests of `queue`, up to the first whose
+    prefill reaches `max_prefill` tokens in all: the candidates of a `PrefillQueueProfile`
+    that `QueueTimes` probes with B_max − |D| = `max_prefill` (the requests after them
+    could only raise its capacity past that cap)."""
+    head: list[tuple[int, int]] = []
+    total = 0
+    for request in queue[:max_requests]:
+        remaining = request.remaining_prefill
+        head.append((remaining, request.num_computed))
+        total += remaining
+        if total >= max_prefill:
+            break
+    return head
 
 
 def paper_chunk(times: QueueTimes, horizons: Sequence[float]) -> ChunkChoice:

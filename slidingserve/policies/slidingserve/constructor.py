@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from slidingserve.core.checks import require_int
+from slidingserve.policies.slidingserve.chunker import queue_head
 from slidingserve.policies.slidingserve.knapsack import solve_knapsack
 from slidingserve.predictor import PrefillQueueProfile, predicted_time_at, time_to_budget
 
@@ -89,7 +90,7 @@ class BatchConstructor:
         knapsack chooses among those with at least its slack ([decision] the whole queue,
         not only the candidate batch: docs/design.md §7's worked example needs it).
         """
-        profile = _profile(decode_contexts, queue)
+        profile = self._budget_profile(decode_contexts, queue)
         best: Selection | None = None
         for anchor in anchors[: self.config.max_anchors]:
             chosen = self._for_anchor(decode_contexts, profile, queue, anchor, now, t_cur)
@@ -105,11 +106,18 @@ class BatchConstructor:
         ordered = [*selection.requests, *(r for r in queue if id(r) not in chosen)]
         budget = time_to_budget(
             self.model,
-            _profile(decode_contexts, ordered),
+            self._budget_profile(decode_contexts, ordered),
             selection.limit,
             self.max_tokens,
         )
         return max(0, budget.prefill_tokens - selection.tokens) if budget.fits else 0
+
+    def _budget_profile(
+        self, decode_contexts: Sequence[int], queue: Sequence[Request]
+    ) -> PrefillQueueProfile:
+        """The profile TimeToBudget reads along `queue`: its head up to B_max − |D| tokens."""
+        head = queue_head(queue, len(queue), self.max_tokens - len(decode_contexts))
+        return PrefillQueueProfile(decode_contexts, head)
 
     def _for_anchor(
         self,

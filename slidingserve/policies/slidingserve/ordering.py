@@ -89,9 +89,11 @@ def edf_order(
 ) -> list[Request]:
     """Earliest deadline of the next token first, ties by arrival (Sarathi-EDF's key); with
     `lost_last`, the requests whose next deadline is not after `now` go behind the others."""
-    queue = sorted(candidates, key=deadline_key)
+    keys = [deadline_key(r) for r in candidates]  # each deadline read once
+    order = sorted(range(len(keys)), key=keys.__getitem__)  # stable, as sorting the requests
     if not lost_last:
-        return queue
-    return [r for r in queue if r.next_deadline > now] + [
-        r for r in queue if r.next_deadline <= now
-    ]
+        return [candidates[i] for i in order]
+    live = [candidates[i] for i in order if keys[i][0] > now]
+    if len(live) == len(order):
+        return live
+    return live + [candidates[i] for i in order if keys[i][0] <= now]

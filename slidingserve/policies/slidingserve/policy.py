@@ -19,7 +19,7 @@ from slidingserve.policies.common import (
     token_budget,
 )
 from slidingserve.policies.slidingserve.budget import budget_windows, rounded_total, split_budget
-from slidingserve.policies.slidingserve.chunker import ChunkChoice, QueueTimes
+from slidingserve.policies.slidingserve.chunker import ChunkChoice, QueueTimes, queue_head
 from slidingserve.policies.slidingserve.compositions import DESIGN, PAPER, SC_EDF, SC_MLPS
 from slidingserve.policies.slidingserve.config import SlidingServeConfig
 from slidingserve.policies.slidingserve.constructor import (
@@ -246,10 +246,11 @@ class SlidingServePolicy(Policy):
     ) -> ChunkChoice:
         if not queue:
             return ChunkChoice(0, "no-prefill")
+        num_decodes = len(view.decoding)
+        seats = max(0, view.limits.max_num_seqs - num_decodes)
         profile = PrefillQueueProfile(
             [r.num_computed for r in view.decoding],
-            [(r.remaining_prefill, r.num_computed) for r in queue],
-            max_requests=max(0, view.limits.max_num_seqs - len(view.decoding)),
+            queue_head(queue, seats, self.max_tokens - num_decodes),
         )
         times = QueueTimes(self.model, profile, self.max_tokens)
         return split_budget(self.config.budget.rule, times, horizons)

@@ -91,16 +91,20 @@ def drop_largest(queue: Sequence[Request], now: float, tokens_per_second: float)
     given_up: set[int] = set()
     for position, request in enumerate(queue):
         deadline = request.next_deadline
-        if deadline <= now and not request.protected:
+        protected = request.slo.protected
+        if deadline <= now and not protected:
             given_up.add(position)
             continue
-        finish += prefill_seconds(request.remaining_prefill, tokens_per_second)
-        if not request.protected:
-            heapq.heappush(chosen, (-request.remaining_prefill, position))
+        remaining = request.remaining_prefill
+        finish += prefill_seconds(remaining, tokens_per_second)
+        if not protected:
+            heapq.heappush(chosen, (-remaining, position))
         while finish > deadline and chosen:
             negative, largest = heapq.heappop(chosen)
             finish -= prefill_seconds(-negative, tokens_per_second)
             given_up.add(largest)
+    if not given_up:
+        return Triage(list(queue), [])
     keep = [r for i, r in enumerate(queue) if i not in given_up]
     give_up = [r for i, r in enumerate(queue) if i in given_up]
     return Triage(keep, give_up)

@@ -16,12 +16,15 @@ def decode_horizons(decoding: Sequence[Request], now: float, k: int) -> list[flo
     Safe decodes are those whose next deadline is still ahead; H_1 = T_cur and
     H_2 − H_1 = T_next. Without a safe decode every horizon is infinite (no TBT limit).
     """
-    horizons = [math.inf] * k
+    slacks: list[float] = []
+    tbts: list[float] = []
     for request in decoding:
         slack = request.next_deadline - now
-        if slack <= 0:
-            continue
-        tbt = request.slo.tbt
-        for j in range(k):
-            horizons[j] = min(horizons[j], slack + j * tbt)
-    return horizons
+        if slack > 0:
+            slacks.append(slack)
+            tbts.append(request.slo.tbt)
+    if not slacks:
+        return [math.inf] * k
+    return [min(slacks)] + [
+        min([slack + j * tbt for slack, tbt in zip(slacks, tbts, strict=True)]) for j in range(1, k)
+    ]
