@@ -58,7 +58,6 @@ CPU_ENGINE_DEFAULTS: Mapping[str, Any] = {
     "dtype": "float32",  # the CPU backend would downcast to bf16
     "block_size": CPU_ENGINE_LIMITS.block_size,
     "enable_prefix_caching": False,  # a cache hit would change the planned token counts
-    "async_scheduling": False,  # the adapter plans one step at a time
     "enable_chunked_prefill": True,  # the policies plan prefill chunks
 }
 """Keyword arguments of `LLM(...)` / `EngineArgs` that work with the adapter on a CPU."""
