@@ -36,6 +36,7 @@ class FakeRequest:
     arrival_time: float = 0.0
     num_computed_tokens: int = 0
     num_output_tokens: int = 0
+    num_output_placeholders: int = 0  # tokens in flight: none, synchronous scheduling
 
     @property
     def num_tokens(self) -> int:

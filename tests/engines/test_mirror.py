@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
+
 from slidingserve.core.batch import BatchShape
 from slidingserve.core.kv_blocks import KVBlockManager
 from slidingserve.core.request import SLO, Phase
@@ -22,6 +24,7 @@ class StandIn:
     num_computed_tokens: int = 0
     max_tokens: int = 8
     num_output_tokens: int = 0
+    num_output_placeholders: int = 0  # tokens in flight (async scheduling)
 
     @property
     def num_tokens(self) -> int:
@@ -101,3 +104,47 @@ def test_first_tokens_are_stamped_for_the_scheduled_requests_the_engine_holds() 
     mirror = mirrored(done, waiting, StandIn("gone", num_output_tokens=1))
     mirror.note_first_tokens({"a": done, "b": waiting}, ["a", "b", "gone"], 3.5)
     assert [mirror.get(i).token_times for i in ("a", "b", "gone")] == [[3.5], [], []]  # type: ignore[union-attr]
+
+
+# -- async scheduling: the view of step t+1 while step t runs --------------------------------
+
+
+def test_a_first_token_in_flight_makes_a_decode_and_counts_as_generated() -> None:
+    # Step t ran the last prompt chunk; vLLM counted it computed and its token in flight.
+    request = StandIn("a", num_computed_tokens=20, num_output_placeholders=1)
+    mirror = mirrored(request)
+    view = mirror.view(0.0, [], [request], EngineLimits(), KVBlockManager(10, 16))
+    (core,) = view.decoding
+    assert (core.num_computed, core.num_generated) == (20, 1)
+    assert core.next_deadline == pytest.approx(10.0 + 1.0 + 0.05)  # the second token's
+    assert mirror.batch({"a": 1}) == BatchShape((20,), ())  # context: the prompt
+
+
+def test_a_token_in_flight_is_counted_once_before_and_after_its_output() -> None:
+    request = StandIn("a", num_computed_tokens=23, num_output_tokens=3, num_output_placeholders=1)
+    mirror = mirrored(request)
+    before = mirror.sync(request, waiting=False)
+    assert before is not None
+    seen = (before.num_computed, before.num_generated, before.phase)
+    request.num_output_tokens, request.num_output_placeholders = 4, 0  # its output came
+    after = mirror.sync(request, waiting=False)
+    assert after is not None
+    assert (
+        seen
+        == (after.num_computed, after.num_generated, after.phase)
+        == (
+            23,
+            4,
+            Phase.DECODING,
+        )
+    )
+
+
+def test_a_request_whose_tokens_in_flight_are_its_last_is_finished_not_planned() -> None:
+    last = StandIn("last", num_computed_tokens=27, num_output_tokens=7, num_output_placeholders=1)
+    more = StandIn("more", num_computed_tokens=26, num_output_tokens=6, num_output_placeholders=1)
+    mirror = mirrored(last, more)
+    view = mirror.view(0.0, [], [last, more], EngineLimits(), KVBlockManager(10, 16))
+    assert [r.request_id for r in view.running] == ["last", "more"]  # its seat is taken
+    assert [r.request_id for r in view.decoding] == ["more"] and not view.prefilling
+    assert view.running[0].phase is Phase.FINISHED

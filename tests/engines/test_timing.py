@@ -174,3 +174,66 @@ def test_without_a_fault_handler_the_policy_s_error_propagates(clock: FakeTime) 
     timer = make_timer(Recorder(ValueError("bookkeeping")))
     with pytest.raises(ValueError, match="bookkeeping"):
         step(timer, clock, PREFILL, Plan())
+
+
+# -- async scheduling: step t+1 scheduled while step t runs ----------------------------------
+
+
+def schedule(timer: StepTimer, clock: FakeTime, shape: BatchShape, step: object) -> None:
+    """Schedule `step`: 1 ms planning, 2 ms in vLLM, 0.5 ms after it."""
+    timer.step_started()
+    clock.now += 0.001
+    timer.vllm_started()
+    clock.now += 0.002
+    timer.vllm_done()
+    clock.now += 0.0005
+    timer.step_scheduled(Plan(path=str(step)), shape, step)
+
+
+def output(timer: StepTimer, clock: FakeTime, at: float, step: object) -> None:
+    """The output of `step` arrives at `at` (perf_counter, seconds); 1 ms to handle it."""
+    clock.now = at
+    timer.model_done()
+    clock.now += 0.001
+    timer.step_done(busy=True, step=step)
+
+
+DECODES = BatchShape((30, 40), ())
+
+
+def test_overlapping_steps_are_each_charged_their_own_model_time(clock: FakeTime) -> None:
+    fed = Recorder()
+    timer = StepTimer(cast("OnlineLearner", fed), cast("Policy", fed), overlapped=True)
+    first, second, third = object(), object(), object()
+    schedule(timer, clock, PREFILL, first)  # from 0 to 0.0035; runs to 0.0135
+    schedule(timer, clock, DECODES, second)  # ends at 0.007, while the first runs
+    assert timer.num_in_flight == 2
+    output(timer, clock, 0.0135, first)  # ran from its scheduling's end: 10 ms
+    schedule(timer, clock, PREFILL, third)  # from 0.0145 to 0.018, while the second runs
+    output(timer, clock, 0.0205, second)  # ran from the first's output: 7 ms
+    output(timer, clock, 0.0305, third)  # ran from the second's output: 10 ms
+    assert [(s, round(t, 6)) for s, t in fed.recorded] == [
+        (PREFILL, 0.010),
+        (DECODES, 0.007),
+        (PREFILL, 0.010),
+    ]
+    assert [r.plan.path for r in fed.records] == [str(s) for s in (first, second, third)]
+    assert [r.start for r in fed.records] == pytest.approx([1000.0035, 1000.0135, 1000.0205])
+    # A period runs from the step's start, or the previous output if later, to its output.
+    periods = [(p.shape, round(p.seconds, 6)) for p in timer.periods.periods]
+    assert periods == [(PREFILL, 0.0135), (DECODES, 0.007), (PREFILL, 0.010)]
+    assert timer.num_in_flight == 0
+
+
+def test_an_output_matches_its_own_step_and_drops_older_unanswered_ones(
+    clock: FakeTime,
+) -> None:
+    fed = Recorder()
+    timer = StepTimer(cast("OnlineLearner", fed), cast("Policy", fed), overlapped=True)
+    lost, answered = object(), object()
+    schedule(timer, clock, DECODES, lost)  # its output never comes (vLLM's step raised)
+    schedule(timer, clock, PREFILL, answered)
+    output(timer, clock, 0.02, answered)
+    output(timer, clock, 0.03, object())  # a step never scheduled: nothing to time
+    assert [shape for shape, _ in fed.recorded] == [PREFILL]
+    assert timer.num_in_flight == 0

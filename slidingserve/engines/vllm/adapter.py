@@ -20,6 +20,14 @@ policy again. The health line also gives the size of every structure the adapter
 when the request leaves the engine (finished, aborted, refused), those kept per step are
 bounded, so an idle engine holds no request's state.
 
+Async scheduling (vLLM's default on GPUs) plans step t+1 while step t runs, before step t's
+`update_from_output`. `SlidingServeScheduler` then builds `SlidingServeAsyncScheduler`, the
+same adapter over vLLM's `AsyncScheduler`: the policy sees tokens in flight as generated
+(`mirror.py`: a request with one is decoding, one whose tokens in flight are its last is
+finished), and each step's timing is matched to its own output (`timing.py`). Pipeline
+parallelism and speculative decoding with async scheduling are refused at start
+(`runtime.async_unsupported`).
+
 Configuration comes through vLLM's `additional_config["slidingserve"]`, read as
 `runtime.AdapterSettings`: `policy`, `policy_options`, `ttft_ms`, `tbt_ms` (the SLO of
 requests without one), `predictor` (a JSON file from `slidingserve profile`),
@@ -33,9 +41,10 @@ import itertools
 import logging
 from collections.abc import Iterable, Sequence, Sized
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import vllm
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request as EngineRequestType
 
@@ -53,7 +62,7 @@ from slidingserve.engines.vllm.imposer import PlanImposer
 from slidingserve.engines.vllm.mirror import RequestMirror
 from slidingserve.engines.vllm.periods import MAX_PERIODS
 from slidingserve.engines.vllm.refusals import Refusals
-from slidingserve.engines.vllm.runtime import AdapterSettings
+from slidingserve.engines.vllm.runtime import AdapterSettings, async_unsupported
 from slidingserve.engines.vllm.timing import StepTimer
 from slidingserve.predictor import OnlineConfig, OnlineLearner, Sample
 
@@ -91,7 +100,19 @@ class KeepsDecisions(Protocol):
 
 
 class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
-    """vLLM's scheduler, steered by a SlidingServe policy."""
+    """vLLM's scheduler, steered by a SlidingServe policy.
+
+    Built for an engine that schedules asynchronously, it is a `SlidingServeAsyncScheduler`:
+    one dotted path serves both modes, whichever vLLM settles on.
+    """
+
+    overlapped: ClassVar[bool] = False  # whether steps overlap (async scheduling)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> SlidingServeScheduler:
+        if cls is SlidingServeScheduler and schedules_async(vllm_config_of(args, kwargs)):
+            cls = SlidingServeAsyncScheduler
+        instance: SlidingServeScheduler = super().__new__(cls)
+        return instance
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -118,6 +139,7 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
             self.policy,
             max_periods=MAX_PERIODS if self.settings.steps_out else 0,  # kept only to save
             on_policy_error=self._policy_failed,
+            overlapped=self.overlapped,
         )
         self.invalid_slo_requests = 0
         self.last_plan: Plan | None = None  # the plan of the latest step
@@ -189,7 +211,7 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         self.health.step(
             fell_back=outcome.fell_back, mismatch=outcome.mismatch, preempted=preempted
         )
-        self.timer.step_scheduled(plan, self.mirror.batch(output.num_scheduled_tokens))
+        self.timer.step_scheduled(plan, self.mirror.batch(output.num_scheduled_tokens), output)
         return output
 
     def _plan(self, now: float) -> Plan:
@@ -222,7 +244,8 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
             super().update_from_output(scheduler_output, model_runner_output)
         )
         self.mirror.note_first_tokens(self.requests, scheduler_output.num_scheduled_tokens, wall)
-        self.timer.step_done(busy=scheduler_output.total_num_scheduled_tokens > 0)
+        busy = scheduler_output.total_num_scheduled_tokens > 0
+        self.timer.step_done(busy, scheduler_output)
         self.mirror.forget_all_but(set(self.requests))
         if not self.has_unfinished_requests():
             self.timer.engine_idle()
@@ -254,4 +277,31 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         logger.debug("wrote %d step periods to %s", len(periods.periods), path)
 
 
-__all__ = ["SlidingServeScheduler"]
+class SlidingServeAsyncScheduler(SlidingServeScheduler, AsyncScheduler):  # type: ignore[misc]
+    """vLLM's `AsyncScheduler`, steered by a SlidingServe policy: the same adapter, its
+    policy planning each step while the previous one runs (see the module docstring)."""
+
+    overlapped: ClassVar[bool] = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        config = vllm_config_of(args, kwargs)
+        reason = async_unsupported(
+            int(config.parallel_config.pipeline_parallel_size),
+            config.speculative_config is not None,
+        )
+        if reason is not None:
+            raise ValueError(reason)
+        super().__init__(*args, **kwargs)
+
+
+def vllm_config_of(args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """The `VllmConfig` among a scheduler's arguments (vLLM passes it first, by name)."""
+    return kwargs["vllm_config"] if "vllm_config" in kwargs else args[0]
+
+
+def schedules_async(vllm_config: Any) -> bool:
+    """Whether the engine of `vllm_config` schedules step t+1 while step t runs."""
+    return bool(vllm_config.scheduler_config.async_scheduling)
+
+
+__all__ = ["SlidingServeAsyncScheduler", "SlidingServeScheduler"]

@@ -5,6 +5,14 @@ Each step the mirrors are synced to vLLM's queues into the policy's `SchedulerVi
 (`batch`); both are built by the core constructors the simulator uses too.
 No vLLM import: the mirror reads only attributes every vLLM v1 `Request` has, so it can
 be tested with plain stand-ins.
+
+Under async scheduling the view of step t+1 is built while step t runs: vLLM's
+`AsyncScheduler` has already counted step t's tokens as computed, and its sampled tokens as
+`num_output_placeholders`. The mirror counts those in-flight tokens as generated (the next
+token's deadline is the one after them, never theirs a second time), so a request with a
+token in flight is decoding, with its context counting that token; one whose in-flight
+tokens complete its `max_tokens` is finished (vLLM would not schedule it again). vLLM's
+synchronous scheduler keeps the placeholders at 0, and the mirror reads as before.
 """
 
 from __future__ import annotations
@@ -27,8 +35,9 @@ class EngineRequest(Protocol):
     request_id: str
     arrival_time: float  # wall clock (time.time()), seconds
     num_prompt_tokens: int
-    num_computed_tokens: int
+    num_computed_tokens: int  # under async scheduling, counting the tokens in flight
     max_tokens: int
+    num_output_placeholders: int  # sampled tokens in flight (async scheduling), else 0
 
     @property
     def num_tokens(self) -> int: ...
@@ -63,7 +72,7 @@ class RequestMirror:
         if mirror is None:
             return None
         mirror.num_computed = request.num_computed_tokens
-        mirror.num_generated = request.num_output_tokens
+        mirror.num_generated = num_generated(request)
         mirror.phase = phase_of(request, waiting)
         return mirror
 
@@ -125,11 +134,19 @@ class RequestMirror:
         return len(self._mirrors)
 
 
+def num_generated(request: EngineRequest) -> int:
+    """Output tokens the request has, counting those in flight (async scheduling)."""
+    return request.num_output_tokens + request.num_output_placeholders
+
+
 def phase_of(request: EngineRequest, waiting: bool) -> Phase:
-    """Waiting (nothing cached, or preempted), decoding (one token to feed), or prefilling."""
+    """Waiting (nothing cached, or preempted), finished (its tokens in flight are its last),
+    decoding (one token to feed), or prefilling."""
     if waiting:
         return Phase.WAITING
-    left = request.num_tokens - request.num_computed_tokens
-    if request.num_output_tokens > 0 and left <= 1:
+    if request.num_output_placeholders and num_generated(request) >= request.max_tokens:
+        return Phase.FINISHED
+    left = request.num_tokens + request.num_output_placeholders - request.num_computed_tokens
+    if num_generated(request) > 0 and left <= 1:
         return Phase.DECODING
     return Phase.PREFILLING

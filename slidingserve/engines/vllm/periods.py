@@ -7,7 +7,8 @@ after which nothing was left to run ends in idle waiting, so it is not recorded)
 periods are what a simulation of the live server must charge per iteration. The adapter
 saves them whenever the engine falls idle (vLLM's shutdown kills the engine before its
 scheduler is told), so a write never delays a step. A recorder keeps at most `max_steps`
-periods (the most recent); one with `max_steps=0` keeps none.
+periods (the most recent); one with `max_steps=0` keeps none. Under async scheduling steps
+overlap, and the timer measures each period whole instead (`record`, see `timing.py`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ class PeriodRecorder:
     def step_scheduled(self, shape: BatchShape, started: float) -> None:
         """The step that began at `started` runs `shape` (nothing is timed for an empty one)."""
         self._open = (shape, started) if shape.num_tokens else None
+
+    def record(self, shape: BatchShape, seconds: float) -> None:
+        """A period measured whole (async scheduling, where steps overlap)."""
+        self.periods.append(TimedBatch(shape, seconds))
+        self.unsaved += 1
 
     def engine_idle(self) -> None:
         """Nothing is left to run: the time until the next step is waiting, not working."""

@@ -29,7 +29,8 @@ SUPPORTED_VLLM = "0.32"
 interface and changes between releases."""
 
 SCHEDULER_CLS = "slidingserve.engines.vllm.adapter.SlidingServeScheduler"
-"""Dotted path of the adapter, for `LLM(scheduler_cls=...)` and `--scheduler-cls`."""
+"""Dotted path of the adapter, for `LLM(scheduler_cls=...)` and `--scheduler-cls`; it builds
+the async adapter when the engine schedules asynchronously (vLLM's default on GPUs)."""
 
 CONFIG_KEY = "slidingserve"
 """The key of vLLM's `additional_config` that holds the adapter's settings."""
@@ -57,10 +58,27 @@ CPU_ENGINE_DEFAULTS: Mapping[str, Any] = {
     "dtype": "float32",  # the CPU backend would downcast to bf16
     "block_size": CPU_ENGINE_LIMITS.block_size,
     "enable_prefix_caching": False,  # a cache hit would change the planned token counts
-    "async_scheduling": False,  # the adapter plans one step at a time
     "enable_chunked_prefill": True,  # the policies plan prefill chunks
 }
 """Keyword arguments of `LLM(...)` / `EngineArgs` that work with the adapter on a CPU."""
+
+
+def async_unsupported(pipeline_stages: int, speculative: bool) -> str | None:
+    """Why the adapter cannot steer an engine that schedules asynchronously with these
+    settings, in one line, or None when it can."""
+    if pipeline_stages > 1:
+        return (
+            "pipeline parallelism with async scheduling is not supported by the SlidingServe "
+            "adapter (vLLM staggers each request's decodes over the stages, against the "
+            "plan); add --no-async-scheduling"
+        )
+    if speculative:
+        return (
+            "speculative decoding with async scheduling is not supported by the SlidingServe "
+            "adapter (draft tokens in flight cannot be told from sampled ones); add "
+            "--no-async-scheduling"
+        )
+    return None
 
 
 @dataclass(frozen=True)

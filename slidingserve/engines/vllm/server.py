@@ -32,6 +32,7 @@ from slidingserve.engines.vllm.runtime import (
     SCHEDULER_CLS,
     SLO_DEFAULTS_ENV,
     adapter_config,
+    async_unsupported,
     engine_environment,
     is_cpu_build,
     numa_nodes,
@@ -154,6 +155,30 @@ def parallel_ranks(vllm_args: Sequence[str]) -> ParallelRanks:
     return ParallelRanks(**sizes)
 
 
+def check_async_support(vllm_args: Sequence[str], cpu: bool | None = None) -> None:
+    """Raise `ValueError` with a one-line reason when the engine would schedule
+    asynchronously (vLLM's default, unless `--no-async-scheduling`; never on a `cpu` build,
+    by default the installed one) in a mode the adapter does not support."""
+    if is_cpu_build() if cpu is None else cpu:
+        return
+    if not _last_flag(vllm_args, {"--async-scheduling": True, "--no-async-scheduling": False}):
+        return
+    speculative = any(arg.partition("=")[0] in SPECULATIVE_FLAGS for arg in vllm_args)
+    reason = async_unsupported(parallel_ranks(vllm_args).pipeline, speculative)
+    if reason is not None:
+        raise ValueError(reason)
+
+
+SPECULATIVE_FLAGS = ("--speculative-config", "-sc")
+"""vLLM's flags that turn speculative decoding on."""
+
+
+def _last_flag(vllm_args: Sequence[str], flags: Mapping[str, bool], default: bool = True) -> bool:
+    """The value of the last of `flags` (flag: value) in `vllm_args`, else `default`."""
+    given = [flags[arg] for arg in vllm_args if arg in flags]
+    return given[-1] if given else default
+
+
 def _positive_int(flag: str, text: str) -> int:
     if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise ValueError(f"{flag} expects a positive integer, got {text!r}")
@@ -221,7 +246,8 @@ def run_server(
 
     Checks first, so that a mistake is reported before vLLM starts: the settings
     (`ValueError`), the policy built with its options from the predictor file as the engine
-    will build it (`check_policy`: `ValueError`, `TypeError`), that vLLM is installed
+    will build it (`check_policy`: `ValueError`, `TypeError`), that the adapter supports the
+    engine's async scheduling mode (`check_async_support`), that vLLM is installed
     (`VllmMissingError`), the parallel workers' cores (`ValueError`).
     """
     command = server_command(
@@ -235,6 +261,7 @@ def run_server(
         **options,
     )
     check_policy(policy, policy_options or {}, predictor, CPU_ENGINE_LIMITS)
+    check_async_support(extra_vllm_args)
     require_vllm()
     metrics = tempfile.mkdtemp(prefix="slidingserve-metrics-")  # must start empty; left behind
     env = server_environment(

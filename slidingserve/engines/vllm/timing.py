@@ -8,6 +8,15 @@ Everything kept per step is bounded (a server runs for days): the most recent
 `max_samples` timed steps and per-step timings, the most recent `max_periods` periods.
 Durations come from `time.perf_counter()`, wall-clock stamps from `time.time()`, both
 seconds, read through this module's `time` (tests replace it with a fake clock).
+
+Under async scheduling (`overlapped`) step t+1 is scheduled while step t runs, and its model
+starts only when step t's output is in: a step's model time runs from the later of its
+scheduling's end and the previous step's output, so each step is charged its own time
+whatever the order of the calls. Steps scheduled and not yet run wait in a queue, each
+matched to its own output by the `step` the adapter names it with (vLLM's
+`SchedulerOutput`), and a period is then the time from the later of the step's start and
+the previous output to its own output: steps overlap, so periods no longer run from one
+schedule to the next. With synchronous scheduling both read as they always did.
 No vLLM import.
 """
 
@@ -33,12 +42,18 @@ MAX_SAMPLES = 10_000
 `slidingserve profile` run measures. A timed batch takes about 1 KB with a dozen requests,
 about 10 KB with 256 (a tuple entry per decode)."""
 
+MAX_IN_FLIGHT = 16
+"""Steps scheduled and not yet run that are kept: vLLM runs at most a few at once (two under
+async scheduling, one more per pipeline stage); older ones, whose output never came, go."""
+
 
 class _Scheduled(NamedTuple):
     """A step scheduled and not yet run."""
 
+    step: object  # what the adapter names the step by (vLLM's SchedulerOutput), or None
     plan: Plan
     shape: BatchShape  # what vLLM scheduled
+    began: float  # perf_counter when the step began (before planning), seconds
     wall: float  # wall clock when scheduling ended, seconds
     started: float  # perf_counter then, seconds
 
@@ -49,7 +64,9 @@ class StepTimer:
     Each step calls, in order: `step_started` (before planning), `vllm_started` and
     `vllm_done` around vLLM's own `schedule()`, `step_scheduled` (the step's batch is known);
     once the model ran, `model_done` (before vLLM handles the output) and `step_done`
-    (after); `engine_idle` when nothing is left to run. With `on_policy_error` (e.g.
+    (after); `engine_idle` when nothing is left to run. Under async scheduling
+    (`overlapped`), the next step's calls up to `step_scheduled` come before this one's
+    `model_done`; `step_done` names the step whose output came. With `on_policy_error` (e.g.
     `AdapterHealth.policy_failed`), an error of the policy's `on_iteration_end` is handed
     to it, with the name of the call, instead of raised into the engine.
     """
@@ -61,6 +78,7 @@ class StepTimer:
         max_samples: int = MAX_SAMPLES,
         max_periods: int = MAX_PERIODS,
         on_policy_error: Callable[[BaseException, str], None] | None = None,
+        overlapped: bool = False,
     ) -> None:
         self.samples: deque[TimedBatch] = deque(maxlen=max_samples)  # model time per busy step
         self.periods = PeriodRecorder(max_periods)
@@ -69,13 +87,16 @@ class StepTimer:
         self._learner = learner
         self._policy = policy
         self._on_policy_error = on_policy_error
+        self._overlapped = overlapped  # async scheduling: steps overlap (module docstring)
         self._started = self._vllm_started = self._vllm_done = self._model_done = 0.0
-        self._scheduled: _Scheduled | None = None
+        self._last_output = 0.0  # perf_counter when the latest step's output came, seconds
+        self._scheduled: deque[_Scheduled] = deque(maxlen=MAX_IN_FLIGHT)  # oldest first
 
     def step_started(self) -> float:
         """A step begins (a busy previous one ends); returns the wall clock, seconds."""
         self._started = time.perf_counter()
-        self.periods.step_started(self._started)
+        if not self._overlapped:
+            self.periods.step_started(self._started)
         return time.time()
 
     def vllm_started(self) -> None:
@@ -86,28 +107,49 @@ class StepTimer:
         """vLLM's own `schedule()` returned."""
         self._vllm_done = time.perf_counter()
 
-    def step_scheduled(self, plan: Plan, shape: BatchShape) -> None:
-        """The step runs `shape` for `plan`: its model time starts now."""
-        self.periods.step_scheduled(shape, self._started)
+    def step_scheduled(self, plan: Plan, shape: BatchShape, step: object = None) -> None:
+        """The step `step` runs `shape` for `plan`: its model time starts now, or when the
+        step before it ends."""
+        if not self._overlapped:
+            self.periods.step_scheduled(shape, self._started)
         self.vllm_schedule_seconds.append(self._vllm_done - self._vllm_started)
         ours = self._vllm_started - self._started + time.perf_counter() - self._vllm_done
         self.step_overhead.append(ours)
-        self._scheduled = _Scheduled(plan, shape, time.time(), time.perf_counter())
+        scheduled = _Scheduled(step, plan, shape, self._started, time.time(), time.perf_counter())
+        self._scheduled.append(scheduled)
 
     def model_done(self) -> float:
         """The model's output arrived; returns the wall clock of its tokens, seconds."""
         self._model_done = time.perf_counter()
         return time.time()
 
-    def step_done(self, busy: bool) -> None:
-        """vLLM handled the output; a `busy` step (it ran tokens) is timed and fed on."""
-        scheduled, self._scheduled = self._scheduled, None
+    def step_done(self, busy: bool, step: object = None) -> None:
+        """vLLM handled the output of step `step` (the oldest scheduled one if None); a
+        `busy` step (it ran tokens) is timed and fed on."""
+        scheduled = self._take(step)
+        previous, self._last_output = self._last_output, self._model_done
         if scheduled is None or not busy:
             return
-        seconds = self._model_done - scheduled.started
+        start = max(scheduled.started, previous)  # after the step before it, if they overlap
+        seconds = self._model_done - start
+        if self._overlapped:
+            period = self._model_done - max(scheduled.began, previous)
+            self.periods.record(scheduled.shape, period)
         self.samples.append(TimedBatch(scheduled.shape, seconds))
         self._learner.record(scheduled.shape, seconds)
-        record = IterationRecord(scheduled.wall, seconds, scheduled.plan, scheduled.shape)
+        wall = scheduled.wall + start - scheduled.started
+        self._end_iteration(IterationRecord(wall, seconds, scheduled.plan, scheduled.shape))
+
+    def _take(self, step: object) -> _Scheduled | None:
+        """The scheduled step `step` (the oldest if None), dropping older ones whose output
+        never came; None if it is not there."""
+        while self._scheduled:
+            scheduled = self._scheduled.popleft()
+            if step is None or scheduled.step is step:
+                return scheduled
+        return None
+
+    def _end_iteration(self, record: IterationRecord) -> None:
         try:
             self._policy.on_iteration_end(record)
         except Exception as error:
@@ -116,6 +158,11 @@ class StepTimer:
             if self._on_policy_error is None:
                 raise
             self._on_policy_error(error, "on_iteration_end")
+
+    @property
+    def num_in_flight(self) -> int:
+        """Steps scheduled whose output has not come: 0 or 1 between synchronous steps."""
+        return len(self._scheduled)
 
     def engine_idle(self) -> None:
         """Nothing is left to run: no period runs until the next step."""

@@ -3,7 +3,6 @@ worker."""
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
@@ -16,21 +15,11 @@ import pytest
 
 vllm = pytest.importorskip("vllm")
 
-import torch  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
-from vllm import SamplingParams  # noqa: E402
-from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig  # noqa: E402
-from vllm.utils.hashing import sha256  # noqa: E402
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
 from vllm.v1.engine import FinishReason  # noqa: E402
-from vllm.v1.kv_cache_interface import (  # noqa: E402
-    FullAttentionSpec,
-    KVCacheConfig,
-    KVCacheGroupSpec,
-)
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
-from vllm.v1.request import Request, RequestStatus  # noqa: E402
-from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+from vllm.v1.request import RequestStatus  # noqa: E402
+from vllm_schedulers import engine_request, make_scheduler  # noqa: E402
 
 from slidingserve.core import SLO  # noqa: E402
 from slidingserve.core.batch import BatchShape, TimedBatch  # noqa: E402
@@ -55,98 +44,7 @@ from slidingserve.predictor import (  # noqa: E402
 )
 from slidingserve.predictor.calibration import fit_batches  # noqa: E402
 
-BLOCK = 16
 HEALTH_LOGGER = "slidingserve.engines.vllm.health"
-EOS = 2
-CONFIG_ONLY = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "vocab_size": 1024,
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "max_position_embeddings": 1024,
-    "bos_token_id": 1,
-    "eos_token_id": EOS,
-    "torch_dtype": "float32",
-}
-
-init_none_hash(sha256)
-HASHER = get_request_block_hasher(BLOCK, sha256)
-
-
-def make_scheduler(
-    tmp_path: Path,
-    policy: str,
-    options: dict[str, Any] | None = None,
-    budget: int = 128,
-    blocks: int = 1000,
-    **extra: Any,
-) -> SlidingServeScheduler:
-    """A scheduler without a model and `blocks` KV blocks of `BLOCK` tokens; `extra` are
-    more adapter settings (e.g. `predictor`)."""
-    (tmp_path / "config.json").write_text(json.dumps(CONFIG_ONLY))
-    model = ModelConfig(
-        model=str(tmp_path), skip_tokenizer_init=True, dtype="float32", max_model_len=1024
-    )
-    scheduler = SchedulerConfig(
-        max_num_seqs=16,
-        max_num_batched_tokens=budget,
-        max_model_len=1024,
-        enable_chunked_prefill=True,
-        is_encoder_decoder=False,
-        async_scheduling=False,
-    )
-    cache = CacheConfig(block_size=BLOCK, enable_prefix_caching=False)
-    settings = {
-        "policy": policy,
-        "policy_options": options or {},
-        "online_learning": False,
-        **extra,
-    }
-    config = VllmConfig(
-        model_config=model,
-        scheduler_config=scheduler,
-        cache_config=cache,
-        additional_config={"slidingserve": settings},
-    )
-    kv = KVCacheConfig(
-        num_blocks=blocks,
-        kv_cache_tensors=[],
-        kv_cache_groups=[
-            KVCacheGroupSpec(
-                ["layer.0"],
-                FullAttentionSpec(
-                    block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32
-                ),
-            )
-        ],
-    )
-    cache.num_gpu_blocks = blocks
-    return SlidingServeScheduler(
-        vllm_config=config,
-        kv_cache_config=kv,
-        structured_output_manager=StructuredOutputManager(config),
-        block_size=BLOCK,
-        log_stats=False,
-    )
-
-
-def engine_request(
-    request_id: str, prompt: int, max_tokens: int = 4, arrival: float = 0.0, **slo: Any
-) -> Request:
-    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, extra_args=slo or None)
-    params.update_from_generation_config({}, EOS)
-    return Request(
-        request_id=request_id,
-        prompt_token_ids=[3 + i % 500 for i in range(prompt)],
-        sampling_params=params,
-        pooling_params=None,
-        arrival_time=arrival,
-        block_hasher=HASHER,
-    )
 
 
 def law(tokens: int) -> float:

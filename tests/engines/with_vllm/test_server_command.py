@@ -20,7 +20,11 @@ from slidingserve.engines.vllm.runtime import (
     engine_kwargs,
     require_vllm,
 )
-from slidingserve.engines.vllm.server import server_command, server_environment
+from slidingserve.engines.vllm.server import (
+    check_async_support,
+    server_command,
+    server_environment,
+)
 from slidingserve.policies import POLICIES
 
 
@@ -53,10 +57,35 @@ def test_command_carries_the_cpu_engine_settings() -> None:
     for flag in (
         "--enforce-eager",
         "--no-enable-prefix-caching",
-        "--no-async-scheduling",
         "--enable-chunked-prefill",
     ):
         assert flag in command
+    # vLLM's own choice (async on GPUs): the adapter follows it.
+    assert not {"--async-scheduling", "--no-async-scheduling"} & set(command)
+
+
+@pytest.mark.parametrize(
+    ("vllm_args", "refused"),
+    [
+        ([], None),
+        (["-pp", "2"], "pipeline parallelism"),
+        (["--pipeline-parallel-size=2", "--no-async-scheduling"], None),
+        (["--no-async-scheduling", "-pp", "2", "--async-scheduling"], "pipeline parallelism"),
+        (["--speculative-config", '{"method": "ngram"}'], "speculative decoding"),
+        (["-sc={}", "--no-async-scheduling"], None),
+        (["--tensor-parallel-size", "2", "--data-parallel-size", "2"], None),
+    ],
+)
+def test_async_modes_the_adapter_cannot_steer_are_refused_in_one_line(
+    vllm_args: list[str], refused: str | None
+) -> None:
+    if refused is None:
+        check_async_support(vllm_args, cpu=False)
+        return
+    with pytest.raises(ValueError, match=refused) as error:
+        check_async_support(vllm_args, cpu=False)
+    assert "\n" not in str(error.value) and "--no-async-scheduling" in str(error.value)
+    check_async_support(vllm_args, cpu=True)  # a CPU engine never schedules asynchronously
 
 
 def test_additional_config_holds_policy_slo_and_predictor(tmp_path: Path) -> None:
