@@ -3,6 +3,7 @@
     python benchmarks/sched_overhead.py [--sizes 16 64 256 1024] [--views 300]
                                         [--policies slidingserve sarathi]
                                         [--features rich|paper]
+                                        [--set LABEL.OPTION=VALUE ...]
 
 For each size N it builds `--views` random engine states with N active requests: half
 decoding (ShareGPT-like contexts, 50 ms TBT, next-token slack 50 ms + Exp(200 ms)), half
@@ -12,7 +13,9 @@ same run. Prints median and p99 wall time per `schedule` call, and for SlidingSe
 median time per component (ordering and triage of the queue, predictor calls, chunker incl.
 candidate batch, BatchConstructor) with the share of iterations that took the constructor
 path, and the median predicted iteration time for scale (the paper's budget: scheduling < 5% of it).
-`--features` picks the predictor the policies plan with (the calibration's, rich by default).
+`--features` picks the predictor the policies plan with (the calibration's, rich by default);
+`--set` gives a policy or a label its options (`--policies slidingserve slidingserve#nocap
+--set slidingserve#nocap.iteration_cap=0`: what one switch costs, measured in one run).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import time
 
 import numpy as np
 
+from slidingserve.cli.settings import with_assignments
 from slidingserve.core import SLO, EngineLimits, KVBlockManager, Phase, Request, SchedulerView
 from slidingserve.policies import PolicyContext, make_policy
 from slidingserve.policies.slidingserve import SlidingServePolicy
@@ -78,7 +82,11 @@ def main() -> None:
     parser.add_argument("--views", type=int, default=300)
     parser.add_argument("--policies", nargs="+", default=["slidingserve", "sarathi"])
     parser.add_argument("--features", choices=list(FEATURE_SETS), default=DEFAULT_FEATURES)
+    parser.add_argument(
+        "--set", action="append", metavar="LABEL.OPTION=VALUE", help="a policy's option"
+    )
     args = parser.parse_args()
+    options = with_assignments({"policies": {}}, args.set)["policies"]
     calibration = calibrate(HardwareConfig(), EngineLimits())
     predictor = calibration.predictor_for(args.features)
     rng = np.random.default_rng(0)
@@ -88,7 +96,7 @@ def main() -> None:
         views = [random_view(size, limits, rng) for _ in range(args.views)]
         for name in args.policies:
             context = PolicyContext(limits, predictor, calibration.batches)
-            policy = make_policy(name, context)
+            policy = make_policy(name, context, options.get(name, {}))
             wall = []
             for view in views:
                 started = time.perf_counter()
