@@ -4,6 +4,7 @@ goodput rate, on the same seeds.
     python benchmarks/high_load.py [--hardware a100:llama-3-8b:1]
                                    [--workloads sharegpt,arxiv,mixed-v1,mixed-v2]
                                    [--baselines sarathi-edf,qoserve] [--slo-scale 1]
+                                   [--candidates slidingserve,slidingserve-paper]
                                    [--seeds 3] [--requests 600] [--factors 1.5,2]
                                    [--set LABEL.OPTION=VALUE ...] [--jobs 2]
                                    [--with-admission]
@@ -14,7 +15,8 @@ workload and factor, each policy's violating fraction (mean over seeds), its per
 to the best baseline's fraction at the same rate (the lower of the baselines' on each seed)
 with a 95% interval (`*` where the interval excludes 1), and its preemptions (mean over
 seeds). `--baselines` may name labels set with `--set` (e.g. `scorpio#chunked` with
-`--set scorpio#chunked.chunked_prefill=true`). `--with-admission` adds `slidingserve` with
+`--set scorpio#chunked.chunked_prefill=true`); so may `--candidates`, the policies measured
+against them. `--with-admission` adds `slidingserve` with
 admission control on (`slidingserve#admission`): what refusing the hopeless at once buys
 the others.
 """
@@ -43,7 +45,8 @@ def main() -> None:
     baselines = tuple(args.baselines.split(","))
     seeds = tuple(range(args.seeds))
     factors = [float(f) for f in args.factors.split(",")]
-    candidates = (*CANDIDATES, *((ADMISSION,) if args.with_admission else ()))
+    chosen = tuple(args.candidates.split(","))
+    candidates = (*chosen, *((ADMISSION,) if args.with_admission else ()))
     policies = (*candidates, *baselines)
     options = policy_options(args.set, policies, args.with_admission)
     common: dict[str, Any] = {
@@ -125,6 +128,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--hardware", default="a100:llama-3-8b:1", metavar="GPU:MODEL:TP")
     parser.add_argument("--workloads", default="sharegpt,arxiv,mixed-v1,mixed-v2")
     parser.add_argument("--baselines", default="sarathi-edf,qoserve")
+    parser.add_argument("--candidates", default=",".join(CANDIDATES))
     parser.add_argument("--slo-scale", type=float, default=1.0)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=600)

@@ -60,6 +60,9 @@ class BudgetConfig:
     # > 0: no window ends past (j + 1) × this × the tightest L_tbt, nor, when the decodes
     # alone take longer than one L_tbt, past (j + 1) × (their time + (this − 1) × L_tbt)
     iteration_cap: float = 0.0
+    # > 0: up to this many of the tightest decodes may stop bounding the windows when the
+    # forecast says that keeping them costs more first tokens (`release.py`)
+    release_decodes: int = 0
     # > 0: batch totals, decodes included, rounded down to a multiple of this many tokens
     # (a tile). The BatchConstructor's plans (whole prefills) are not rounded.
     token_quantum: int = 0
@@ -69,22 +72,29 @@ class BudgetConfig:
             raise ValueError(f"unknown budget rule {self.rule!r}")
         require_number("time_margin", self.time_margin, 1)
         require_number("iteration_cap", self.iteration_cap, 0)
+        require_int("release_decodes", self.release_decodes, 0)
         require_int("token_quantum", self.token_quantum, 0)
 
     @property
     def shapes_windows(self) -> bool:
-        """Whether the margin or the cap changes the decode windows."""
-        return self.time_margin != 1 or self.iteration_cap != 0
+        """Whether the margin, the cap or the release changes the decode windows."""
+        return self.time_margin != 1 or self.iteration_cap != 0 or self.release_decodes != 0
 
 
 def budget_windows(
-    budget: BudgetConfig, decoding: Sequence[Request], now: float, decode_time: float = 0.0
+    budget: BudgetConfig,
+    decoding: Sequence[Request],
+    now: float,
+    decode_time: float = 0.0,
+    bounding: Sequence[Request] | None = None,
 ) -> list[float]:
     """The cumulative decode windows (docs/design.md §5), seconds from `now`: at least two,
     k with the window rule; shrunk by `time_margin` and capped by `iteration_cap` when set
-    (`decode_time`: the predicted seconds of an iteration of the decodes alone)."""
+    (`decode_time`: the predicted seconds of an iteration of the decodes alone). The windows
+    are those of the `bounding` decodes (all of `decoding` unless some were released); the
+    cap reads every decode."""
     k = budget.rule.k if isinstance(budget.rule, WindowSplit) else 2
-    horizons = decode_horizons(decoding, now, max(2, k))
+    horizons = decode_horizons(decoding if bounding is None else bounding, now, max(2, k))
     if budget.time_margin != 1:
         horizons = [h / budget.time_margin for h in horizons]
     if budget.iteration_cap and decoding:

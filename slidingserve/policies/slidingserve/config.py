@@ -53,7 +53,9 @@ class SlidingServeConfig:
 
     def _check_spanning_settings(self) -> None:
         if self.budget.shapes_windows and not uses_decode_windows(self.budget, self.constructor):
-            raise ValueError(f"time_margin and iteration_cap do nothing here: {WINDOWS_UNUSED}")
+            raise ValueError(
+                f"time_margin, iteration_cap and release_decodes do nothing here: {WINDOWS_UNUSED}"
+            )
         if self.throughput_decay != DEFAULT_DECAY and not reads_rate_ema(
             self.ordering, self.triage
         ):

@@ -77,6 +77,7 @@ APPLIES: Mapping[str, Applies] = {
     ),
     "time_margin": Applies(_windows, WINDOWS_UNUSED),
     "iteration_cap": Applies(_windows, WINDOWS_UNUSED),
+    "release_decodes": Applies(_windows, WINDOWS_UNUSED),
     "leftover_fill": Applies(_constructor, _NO_CONSTRUCTOR),
     **{name: Applies(_constructor, _NO_CONSTRUCTOR) for name in KNAPSACK},
     "throughput_decay": Applies(_ema, EMA_UNUSED),
@@ -152,7 +153,8 @@ def from_flat(options: Mapping[str, Any]) -> SlidingServeConfig:
     return SlidingServeConfig(
         ordering=_ordering(options),
         budget=BudgetConfig(
-            _split_rule(options), **pick("time_margin", "iteration_cap", "token_quantum")
+            _split_rule(options),
+            **pick("time_margin", "iteration_cap", "release_decodes", "token_quantum"),
         ),
         triage=triage,
         constructor=constructor,
@@ -193,6 +195,7 @@ def _budget_options(budget: BudgetConfig) -> dict[str, Any]:
         "chunker": "paper",
         "time_margin": budget.time_margin,
         "iteration_cap": budget.iteration_cap,
+        "release_decodes": budget.release_decodes,
         "token_quantum": budget.token_quantum,
     }
     if isinstance(rule, WindowSplit):

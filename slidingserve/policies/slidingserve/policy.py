@@ -29,11 +29,18 @@ from slidingserve.policies.slidingserve.constructor import (
 )
 from slidingserve.policies.slidingserve.options import compose
 from slidingserve.policies.slidingserve.ordering import sort_queue
+from slidingserve.policies.slidingserve.release import (
+    DecodeCosts,
+    PromptDemand,
+    bounding_decodes,
+)
 from slidingserve.policies.slidingserve.stats import DecisionRecord, Stopwatch, TimedModel
 from slidingserve.policies.slidingserve.triage import QueueTriage, RateSource
 from slidingserve.predictor import PrefillQueueProfile
 
 MAX_DECISIONS = 1_000_000
+COST_PROBE = 256  # prefill tokens the release's per-token cost is measured with
+COST_FLOOR = 1e-7  # seconds: the least a prefill token is taken to cost
 FALLBACK_SUFFIX = ":constructor-fallback"  # on the chunker's path when it replaced a selection
 
 if TYPE_CHECKING:
@@ -77,6 +84,9 @@ class SlidingServePolicy(Policy):
         # admissions, batch-size cap), so the chunker planned them instead.
         self.constructor_fallbacks = 0
         self.triage = QueueTriage(config.triage) if config.triage else None
+        # Arrivals of prompt tokens, for the decode release's forecast
+        self.demand = PromptDemand()
+        self._reads_costs = bool(config.budget.iteration_cap or config.budget.release_decodes)
         self.constructor: BatchConstructor | None = None
         if config.constructor is not None:
             self.constructor = BatchConstructor(self.model, config.constructor, self.max_tokens)
@@ -89,6 +99,8 @@ class SlidingServePolicy(Policy):
         return cls(compose(cls.composition, options or {}, cls.name), context)
 
     def schedule(self, view: SchedulerView) -> Plan:
+        if self.config.budget.release_decodes:
+            self.demand.observe(view.now, view.waiting)
         watch = Stopwatch(self.model)
         refused = self._hopeless(view) if self.config.admission else []
         if refused:
@@ -107,9 +119,21 @@ class SlidingServePolicy(Policy):
         """Order (and triage) the queue; the BatchConstructor's plan if a prefill is at risk
         and its selection can be granted in full; else the SlidingChunker's."""
         queue = watch.run("order", lambda: self._sorted_queue(view))
-        horizons = budget_windows(
-            self.config.budget, view.decoding, view.now, self._capped_decode_time(view)
-        )
+        budget = self.config.budget
+        costs = self._decode_costs(view) if view.decoding and self._reads_costs else None
+        decode_time = costs.decode_time if costs else 0.0
+        bounding = None
+        if costs and budget.release_decodes and queue:
+            bounding = bounding_decodes(
+                view.decoding,
+                queue,
+                view.now,
+                budget.time_margin,
+                costs,
+                self.demand,
+                budget.release_decodes,
+            )
+        horizons = budget_windows(budget, view.decoding, view.now, decode_time, bounding)
         construction = NO_CONSTRUCTION
         constructor = self.constructor
         if constructor is not None and queue:
@@ -124,12 +148,16 @@ class SlidingServePolicy(Policy):
             plan.path += FALLBACK_SUFFIX
         return plan
 
-    def _capped_decode_time(self, view: SchedulerView) -> float:
-        """The predicted time of the decodes alone, where `iteration_cap` reads it (else 0)."""
-        if not self.config.budget.iteration_cap or not view.decoding:
-            return 0.0
+    def _decode_costs(self, view: SchedulerView) -> DecodeCosts:
+        """The predicted time of the decodes alone (read by `iteration_cap`) and the cost of
+        a prefill token beside them (read by the decode release)."""
         contexts = tuple(r.num_computed for r in view.decoding)
-        return self.model.predict_shape(BatchShape(contexts, ()))
+        decode_time = self.model.predict_shape(BatchShape(contexts, ()))
+        per_token = COST_FLOOR
+        if self.config.budget.release_decodes:
+            probe = self.model.predict_shape(BatchShape(contexts, ((COST_PROBE, 0),)))
+            per_token = max(COST_FLOOR, (probe - decode_time) / COST_PROBE)
+        return DecodeCosts(decode_time, per_token, self.max_tokens)
 
     def on_iteration_end(self, record: IterationRecord) -> None:
         """Fold the iteration's prefill throughput into the EMA ρ_t."""

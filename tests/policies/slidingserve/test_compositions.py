@@ -66,7 +66,7 @@ def test_a_composition_has_no_default_parts() -> None:
 
 def test_every_option_is_flat_and_known() -> None:
     assert set(flatten(PAPER)) | set(flatten(DESIGN)) <= set(OPTIONS)
-    assert len(OPTIONS) == 22
+    assert len(OPTIONS) == 23
 
 
 class TestChangingAPart:
@@ -156,7 +156,7 @@ def test_unknown_options_and_choices_are_refused_with_the_known_ones() -> None:
 
 def test_a_composition_built_directly_is_checked_across_parts() -> None:
     fixed = BudgetConfig(FixedSplit(), time_margin=1.2)
-    with pytest.raises(ValueError, match="time_margin and iteration_cap do nothing"):
+    with pytest.raises(ValueError, match="iteration_cap and release_decodes do nothing"):
         SlidingServeConfig(ordering=EdfOrder(), budget=fixed, features="paper")
     SlidingServeConfig(
         ordering=EdfOrder(), budget=fixed, features="paper", constructor=ConstructorConfig()

@@ -82,7 +82,7 @@ def test_a_cap_above_one_leaves_prefill_room_when_the_decodes_alone_exceed_the_t
     decode = make_decoding("d", arrival=0.0, ttft=1.0, tbt=0.005, generated=1)
     waiting = make_request("p", arrival=0.9, prompt=5000, ttft=5.0)
     view, _ = make_view(now=0.97, waiting=[waiting], running=[decode])
-    options = {"token_quantum": 0, "time_margin": 1.0}
+    options: dict[str, Any] = {"token_quantum": 0, "time_margin": 1.0}
     assert tokens(build(iteration_cap=1.0, **options).schedule(view)) == {"d": 1}
     capped = tokens(build(iteration_cap=2.0, **options).schedule(view))
     assert capped["d"] == 1 and 495 <= capped["p"] <= 500

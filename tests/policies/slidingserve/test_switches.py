@@ -133,6 +133,25 @@ class TestBudget:
             plan = build(window=window, time_margin=1.0, token_quantum=0).schedule(view)
             assert plan.path == f"chunker:window-{window}"
 
+    def test_release_decodes(self) -> None:
+        # Two decodes of 1,999 tokens fill 10.02 ms of a 10.5 ms window. The tight one (slack
+        # 15 ms) leaves 497 prefill tokens; released, the rich one (slack 3 s) bounds the
+        # budget and the prompt runs up to B_max. The forecast over the tight decode's 21 s
+        # left: 213,000 prompt tokens due, 97,000 let through with it bounding (38 prompts
+        # short), 382,000 with the rich one (none short).
+        tight = make_decoding("tight", ttft=NOW + 0.0045, tbt=0.0105, output=2000)
+        rich = make_decoding("rich", ttft=NOW + 2.9895, tbt=0.0105, output=2000)
+        waiting = make_request("p", arrival=0.9, prompt=3000, ttft=5.0)
+        view, _ = make_view(now=NOW, waiting=[waiting], running=[tight, rich])
+        options: dict[str, Any] = {"token_quantum": 0, "time_margin": 1.0, "iteration_cap": 0}
+        kept = build(**options).schedule(view)
+        assert chunks(kept) == [("tight", 1), ("rich", 1), ("p", 497)]
+        policy = build(release_decodes=1, **options)
+        policy.demand.observe(NOW, view.waiting)
+        policy.demand.rate = 10_000.0
+        released = policy.schedule(view)
+        assert chunks(released) == [("tight", 1), ("rich", 1), ("p", 2046)]
+
     def test_token_quantum_leaves_the_constructors_plans_whole(self) -> None:
         view, limits = seats_view(max_num_seqs=3)
         plan = build("slidingserve-paper", limits=limits, sorter="edf", token_quantum=128)
