@@ -2,7 +2,10 @@
 
 `stream_completion` posts one request and writes every chunk's arrival time into a
 `StreamProgress` as it comes (so a cancelled request keeps what it had received); whatever
-goes wrong becomes a `StreamError` whose `kind` is one of `ERROR_KINDS` or `http_<status>`.
+goes wrong becomes a `StreamError` whose `kind` is one of `ERROR_KINDS` or `http_<status>`,
+or `REFUSED` for a request the server turned down by its admission control: at once, with
+a 503 or 429 whose error names `REFUSED_REASON` (SlidingServe's API server), or inside the
+stream, with that stop reason (its engine's own refusal, the backstop).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from slidingserve.core.slo_args import REFUSED_REASON
 from slidingserve.metrics import received_tokens
 
 if TYPE_CHECKING:
@@ -35,9 +39,10 @@ MAX_LINE = 16 * 2**20  # bytes of one event-stream line
 DONE = "[DONE]"
 
 
-REFUSED_STOP_REASON = "slo-refused"
-"""What a SlidingServe server with admission control sends as the stop reason of a request it
-refuses (`engines/vllm/refusals.py`)."""
+REFUSED = "refused"
+"""The kind of a request the server refused by admission control: not an error, counted
+apart (`BenchResult.refusals`)."""
+REFUSAL_STATUSES = (503, 429)  # the statuses of an at-once refusal
 
 
 class StreamError(Exception):
@@ -95,29 +100,50 @@ async def stream_completion(
 
 
 async def _check_status(response: aiohttp.ClientResponse) -> None:
-    """StreamError `http_<status>` with the body's message for an HTTP error status."""
+    """StreamError for an HTTP error status, with the body's message: `REFUSED` for an
+    admission control's refusal (`is_refusal`), else `http_<status>`."""
     if response.status < 400:
         return
     raw = await response.content.read(MAX_ERROR_BODY)
-    raise StreamError(f"http_{response.status}", error_message(raw, response.reason))
+    kind = REFUSED if is_refusal(response.status, raw) else f"http_{response.status}"
+    raise StreamError(kind, error_message(raw, response.reason))
+
+
+def is_refusal(status: int, raw: bytes) -> bool:
+    """Whether an error answer (`status`, body `raw`) is an admission control's refusal: a
+    503 or 429 whose OpenAI-style error has the `reason` `REFUSED_REASON`. vLLM's own
+    queue caps answer 503 without one: an error."""
+    error = _json(raw).get("error")
+    return (
+        status in REFUSAL_STATUSES
+        and isinstance(error, dict)
+        and error.get("reason") == REFUSED_REASON
+    )
 
 
 def error_message(raw: bytes, reason: str | None = None) -> str:
     """The message of an error body (OpenAI's `{"error": {"message": ...}}`, FastAPI's
     `{"detail": ...}`, or the text itself)."""
     text = raw.decode(errors="replace").strip()
-    try:
-        data = json.loads(text)
-    except ValueError:
+    data = _json(raw)
+    if not data:
         return text[:MAX_MESSAGE] or (reason or "no message")
-    if isinstance(data, dict):
-        error = data.get("error")
-        if isinstance(error, dict) and "message" in error:
-            return str(error["message"])[:MAX_MESSAGE]
-        for key in ("message", "detail", "error"):
-            if data.get(key):
-                return str(data[key])[:MAX_MESSAGE]
+    error = data.get("error")
+    if isinstance(error, dict) and "message" in error:
+        return str(error["message"])[:MAX_MESSAGE]
+    for key in ("message", "detail", "error"):
+        if data.get(key):
+            return str(data[key])[:MAX_MESSAGE]
     return text[:MAX_MESSAGE]
+
+
+def _json(raw: bytes) -> dict[str, Any]:
+    """The JSON object of a body, or {} if it holds none."""
+    try:
+        data = json.loads(raw.decode(errors="replace"))
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 async def _read_events(
@@ -176,8 +202,8 @@ def absorb_event(event: dict[str, Any], now: float, progress: StreamProgress) ->
         raise StreamError("stream_error", error_message(json.dumps(event).encode()))
     choices = event.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        if choices[0].get("stop_reason") == REFUSED_STOP_REASON:
-            raise StreamError("refused", "refused by the server: its first token would be late")
+        if choices[0].get("stop_reason") == REFUSED_REASON:
+            raise StreamError(REFUSED, "refused by the server: its first token would be late")
         tokens = chunk_tokens(choices[0])
         if tokens:
             progress.chunk_times.append(now)

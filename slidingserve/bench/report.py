@@ -35,6 +35,7 @@ def bench_payload(result: BenchResult) -> dict[str, Any]:
         "summary": result.summary.to_dict(),
         "errors": result.errors,
         "error_messages": result.error_messages,
+        "refused": result.refusals.to_dict(),
         "deadlines": (
             "from the scheduled send time; TBT cumulative (docs/design.md §1.1) and per gap"
         ),
@@ -160,6 +161,13 @@ def format_summary(result: BenchResult) -> str:
         f"goodput: {m.goodput:.2f} req/s (per gap {m.goodput_per_gap:.2f}, "
         f"vLLM's {m.goodput_vllm:.2f})",
     ]
+    refusals = result.refusals
+    if refusals.count:
+        latency = refusals.latency.in_ms()
+        lines.append(
+            f"refused: {refusals.count} by the server's admission control, answered in "
+            f"{latency['p50']:.1f} ms (p50), {latency['p99']:.1f} ms (p99)"
+        )
     if result.errors:
         lines.append("errors: " + ", ".join(f"{k} {n}" for k, n in result.errors.items()))
         lines += [f"  {kind}: {message}" for kind, message in result.error_messages.items()]

@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import aiohttp
 from tqdm import tqdm
 
-from slidingserve.bench.client import StreamError, StreamProgress, list_models, stream_completion
+from slidingserve.bench.client import (
+    REFUSED,
+    StreamError,
+    StreamProgress,
+    list_models,
+    stream_completion,
+)
 from slidingserve.bench.records import RequestRecord
 from slidingserve.bench.requests import (
     PlannedRequest,
@@ -34,7 +40,7 @@ from slidingserve.bench.requests import (
     workload_with,
 )
 from slidingserve.bench.summary import BenchSummary, summarize
-from slidingserve.metrics import Outcome, Timeline
+from slidingserve.metrics import Outcome, Percentiles, Timeline
 from slidingserve.workloads import WorkloadConfig
 
 if TYPE_CHECKING:
@@ -109,6 +115,17 @@ class BenchConfig:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Refusals:
+    """Requests the server refused by its admission control, and how fast it said so."""
+
+    count: int
+    latency: Percentiles  # seconds from sending to the refusal
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "latency_ms": self.latency.in_ms()}
+
+
 @dataclass(frozen=True)
 class BenchResult:
     """What a run measured."""
@@ -122,18 +139,31 @@ class BenchResult:
 
     @property
     def errors(self) -> dict[str, int]:
-        """Failed requests by error kind (see `client.ERROR_KINDS`), most frequent first."""
-        kinds = Counter(r.error_kind for r in self.records if r.error_kind is not None)
+        """Failed requests by error kind (see `client.ERROR_KINDS`), most frequent first;
+        refusals are not errors (`refusals`)."""
+        kinds = Counter(str(r.error_kind) for r in self.records if _is_error(r))
         return dict(kinds.most_common())
 
     @property
     def error_messages(self) -> dict[str, str]:
         """The first message of each error kind."""
         messages: dict[str, str] = {}
-        for record in self.records:
-            if record.error_kind is not None:
-                messages.setdefault(record.error_kind, record.error_message or "")
+        for record in filter(_is_error, self.records):
+            messages.setdefault(str(record.error_kind), record.error_message or "")
         return messages
+
+    @property
+    def refusals(self) -> Refusals:
+        """The requests the server refused (admission control), failed requests all the
+        same for the metrics (their first token's deadline is missed)."""
+        refused = [r for r in self.records if r.error_kind == REFUSED]
+        return Refusals(
+            len(refused), Percentiles.of([r.finished - r.timeline.start for r in refused])
+        )
+
+
+def _is_error(record: RequestRecord) -> bool:
+    return record.error_kind is not None and record.error_kind != REFUSED
 
 
 def run_bench(config: BenchConfig) -> BenchResult:

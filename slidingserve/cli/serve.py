@@ -8,6 +8,7 @@ from typing import Any
 
 from slidingserve.cli import settings as cfg
 from slidingserve.cli.flags import add_defaulted
+from slidingserve.engines.vllm.overload import REFUSAL_STATUSES
 
 
 def add_parser(commands: Any) -> None:
@@ -26,6 +27,14 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--predictor", help="predictor JSON from `slidingserve profile`")
     parser.add_argument("--no-online-learning", action="store_true")
     parser.add_argument("--set", action="append", metavar="POLICY.OPTION=VALUE")
+    parser.add_argument(
+        "--refusal-status",
+        type=int,
+        choices=REFUSAL_STATUSES,
+        default=REFUSAL_STATUSES[0],
+        help="HTTP status of a request refused by admission control (default 503, as vLLM's "
+        "queue caps)",
+    )
     parser.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then vLLM flags")
     parser.set_defaults(handler=run)
 
@@ -52,5 +61,6 @@ def run(args: argparse.Namespace) -> int:
         predictor=args.predictor,
         policy_options=settings["policies"].get(args.policy, {}),
         online_learning=not args.no_online_learning,
+        refusal_status=args.refusal_status,
         extra_vllm_args=extra,
     )

@@ -24,6 +24,10 @@ MAX_TIER_NAME = 64  # characters
 MAX_SHOWN = 40  # characters of a bad value quoted in an error message
 MAX_SHOWN_INT_BITS = 64  # a larger int is described by its size, never written out
 
+REFUSED_REASON = "slo-refused"
+"""Why a server with admission control refused a request, as its client reads it: the stop
+reason of a request the engine refused, the `reason` of an API server's 503/429 error."""
+
 
 class SLOArgumentError(ValueError):
     """A request's SLO arguments are invalid; the message says which and why."""

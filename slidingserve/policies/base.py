@@ -121,6 +121,20 @@ class ReportsRelegations(Protocol):
         ...
 
 
+@runtime_checkable
+class ControlsAdmission(Protocol):
+    """Optional: a policy whose admission control refuses a request that has emitted nothing
+    when its whole remaining prefill, run from now at one rate, would end after its
+    first-token deadline (`common.cannot_finish_prefill`). An engine may then refuse such a
+    request before it enters its queues (the vLLM adapter publishes the rate to its API
+    server)."""
+
+    def admission_rate(self) -> float | None:
+        """The prefill rate (tokens per second, positive) the admission test assumes now;
+        None while the policy refuses nothing. Called from the scheduling thread."""
+        ...
+
+
 def build_config(config_type: type[Any], options: Mapping[str, Any], owner: str) -> Any:
     """Build a frozen config dataclass from a mapping, with a clear error for unknown keys."""
     fields = {f.name for f in dataclasses.fields(config_type)}

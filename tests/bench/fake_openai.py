@@ -30,6 +30,7 @@ class Behaviour:
     gap: float = 0.02  # seconds between chunks
     status: int = 200  # anything else: a JSON error body with `message`
     message: str = "fake error"
+    reason: str | None = None  # the error's `reason`, as SlidingServe's refusals carry
     drop_after: int | None = None  # cut the connection after this many chunks
     tokens: int | None = None  # stream this many tokens and then [DONE] (None: max_tokens)
     error_after: int | None = None  # send an error event after this many chunks
@@ -129,6 +130,8 @@ class FakeServer:
         behaviour = self.behaviour_for(body)
         if behaviour.status != 200:
             error = {"message": behaviour.message, "type": "BadRequestError"}
+            if behaviour.reason is not None:
+                error["reason"] = behaviour.reason
             return web.json_response({"error": error}, status=behaviour.status)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)

@@ -33,6 +33,9 @@ from slidingserve.bench import (
     run_bench,
     write_bench_json,
 )
+from slidingserve.bench.client import REFUSED
+from slidingserve.bench.report import bench_payload, format_summary
+from slidingserve.core.slo_args import REFUSED_REASON
 from slidingserve.metrics import Outcome
 from slidingserve.workloads import TRACE_FILES, ArrivalConfig, Tier, TierMix, WorkloadConfig
 
@@ -189,6 +192,30 @@ def test_errors_are_counted_by_kind(trace: Path) -> None:
     assert (s.cumulative.overall, s.cumulative.ttft, s.cumulative.tbt) == (6 / 7, 3 / 7, 3 / 7)
     assert s.goodput * s.duration == pytest.approx(1)
     assert s.duration < 0.5 + 1.0  # the slow request was given up after its 0.5 s
+
+
+REFUSING_TIERS = {
+    "at-once": Behaviour(status=503, message="slo-refused: late", reason=REFUSED_REASON),
+    "too-many": Behaviour(status=429, message="slo-refused: late", reason=REFUSED_REASON),
+    "busy": Behaviour(status=503, message="The engine is currently busy"),
+    "ok": Behaviour(first_delay=0.02, gap=0.01),
+}
+
+
+def test_bench_counts_refusals_apart_from_errors_with_their_latency(trace: Path) -> None:
+    tiers = tuple(Tier(name, ttft=5.0, tbt=1.0) for name in REFUSING_TIERS)
+    with FakeServer(REFUSING_TIERS) as server:
+        result = run_bench(config(server.url, workload(trace, 4, tiers)))
+    assert result.errors == {"http_503": 1}
+    refusals = result.refusals
+    assert refusals.count == 2
+    assert 0 < refusals.latency.p50 < 1.0
+    refused = [r for r in result.records if r.error_kind == REFUSED]
+    assert {r.timeline.slo.tier for r in refused} == {"at-once", "too-many"}
+    m = result.summary.metrics
+    assert (m.completed, m.failed) == (1, 3)  # a refusal misses its first token's deadline
+    assert bench_payload(result)["refused"]["count"] == 2
+    assert "refused: 2 by the server's admission control" in format_summary(result)
 
 
 def free_port() -> int:

@@ -5,10 +5,11 @@ mirrors (`mirror.py`), asks the configured policy for a plan, and makes vLLM exe
 that plan (`imposer.py`: plan order in vLLM's queues, per-request caps through
 `_reserve_prefill_lookahead`, the plan's total as the step budget). vLLM keeps its own KV
 allocation and preemption. Requests the policy refuses (admission control) finish before
-the step, their clients told why (`refusals.py`). `update_from_output` ends the step's
-timing (`timing.py`), which feeds the model time to the predictor's online learner and to
-the policy; every refit of the learner also refits the policy's own model, if it keeps one
-(`Policy.refit`).
+the step, their clients told why (`refusals.py`); the API server refuses most of them
+before they reach the engine, from the load the adapter publishes (`load_record.py`).
+`update_from_output` ends the step's timing (`timing.py`), which feeds the model time to
+the predictor's online learner and to the policy; every refit of the learner also refits
+the policy's own model, if it keeps one (`Policy.refit`).
 
 Departures from the policy are counted in `health` (`health.py`) and logged once a minute:
 an empty plan (vLLM's own scheduler then fills the step), a plan vLLM did not run as given
@@ -32,7 +33,9 @@ Configuration comes through vLLM's `additional_config["slidingserve"]`, read as
 `runtime.AdapterSettings`: `policy`, `policy_options`, `ttft_ms`, `tbt_ms` (the SLO of
 requests without one), `predictor` (a JSON file from `slidingserve profile`),
 `online_learning`, `steps_out` (a file to write the engine's step periods to, see
-`periods.py`), `health_log_seconds` (seconds between two health lines in the log).
+`periods.py`), `health_log_seconds` (seconds between two health lines in the log),
+`load_dir` (where to publish the engine's load for the API server's admission check,
+`load_record.py`).
 """
 
 from __future__ import annotations
@@ -59,11 +62,13 @@ from slidingserve.engines.vllm.health import (
     share_vllm_log_handlers,
 )
 from slidingserve.engines.vllm.imposer import PlanImposer
+from slidingserve.engines.vllm.load_record import LoadPublisher, record_path
 from slidingserve.engines.vllm.mirror import RequestMirror
 from slidingserve.engines.vllm.periods import MAX_PERIODS
 from slidingserve.engines.vllm.refusals import Refusals
 from slidingserve.engines.vllm.runtime import AdapterSettings, async_unsupported
 from slidingserve.engines.vllm.timing import StepTimer
+from slidingserve.policies.base import ControlsAdmission
 from slidingserve.predictor import OnlineConfig, OnlineLearner, Sample
 
 logger = logging.getLogger(__name__)
@@ -150,6 +155,35 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
             metrics=PrometheusCounts.if_exported(),
             sizes=self.state_sizes,
         )
+        self.admission = self.policy if isinstance(self.policy, ControlsAdmission) else None
+        self.load = self._load_publisher()  # None: the API server refuses nothing at once
+
+    def _load_publisher(self) -> LoadPublisher | None:
+        """A started publisher of the engine's load for the API server's admission check
+        (`load_record.py`), when `serve` named a folder and the policy controls admission."""
+        if not self.settings.load_dir or self.admission is None:
+            return None
+        if self.admission.admission_rate() is None:
+            return None
+        rank = int(self.vllm_config.parallel_config.data_parallel_rank)
+        publisher = LoadPublisher(record_path(self.settings.load_dir, rank))
+        self._update_load(publisher)
+        publisher.start()
+        return publisher
+
+    def _update_load(self, publisher: LoadPublisher) -> None:
+        """Hand `publisher` the policy's admission rate and the prefill queued at it."""
+        try:
+            rate = self.admission.admission_rate() if self.admission is not None else None
+        except Exception as error:
+            # A policy bug must not kill the engine: counted and logged like `schedule`'s.
+            self.health.policy_failed(error, "admission_rate")
+            return
+        if rate is None or not rate > 0:
+            return
+        queues = itertools.chain(self.kv_holding_waiting, self.waiting, self.running)
+        tokens = sum(max(0, r.num_prompt_tokens - r.num_computed_tokens) for r in queues)
+        publisher.update(rate, tokens / rate)
 
     def _refit_policy(self, samples: Sequence[Sample]) -> None:
         """The learner's listener: at each of its refits, in its thread, the policy's own
@@ -202,6 +236,8 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         now = self.timer.step_started()
         plan = self._plan(now)
         self.last_plan = plan
+        if self.load is not None:
+            self._update_load(self.load)
         self.imposer.impose(plan)
         self.timer.vllm_started()
         output = super().schedule(*args, **kwargs)
@@ -255,6 +291,8 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
 
     def shutdown(self) -> None:
         self.learner.stop(timeout=1.0)
+        if self.load is not None:
+            self.load.stop()
         self.health.log_now()
         self.health.close()
         self._save_periods()

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
 from vllm.v1.request import RequestStatus
 
+from slidingserve.core.slo_args import REFUSED_REASON
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-REFUSED_REASON = "slo-refused"
-"""The stop reason a refused request's client reads."""
+__all__ = ["REFUSED_REASON", "Refusals"]
 
 
 class FinishesRequests(Protocol):

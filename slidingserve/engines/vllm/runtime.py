@@ -93,6 +93,7 @@ class AdapterSettings:
     online_learning: bool = True  # refit the predictor to the measured steps as they come
     steps_out: str | None = None  # file for the engine's step periods (`periods.py`)
     health_log_seconds: float = LOG_INTERVAL  # seconds between two health lines in the log
+    load_dir: str | None = None  # folder of the load records for the API server (`serve`)
 
     @classmethod
     def from_vllm(cls, additional_config: Mapping[str, Any] | None) -> AdapterSettings:
@@ -270,11 +271,14 @@ def adapter_config(
     online_learning: bool = True,
     steps_out: str | os.PathLike[str] | None = None,
     health_log_seconds: float = LOG_INTERVAL,
+    load_dir: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """vLLM's `additional_config` for the adapter, checked: a registered policy, a valid
     default SLO (milliseconds), an existing predictor file, JSON-serializable options, a
     folder for `steps_out` (the engine's step periods, written at shutdown), a positive
-    interval between two health lines in the log (seconds)."""
+    interval between two health lines in the log (seconds). `load_dir` is the folder the
+    engine cores publish their load in for the API server's admission check
+    (`load_record.py`), created by the caller before the engine starts."""
     check_policy_name(policy)
     try:
         SLO(ttft=ttft_ms / 1000, tbt=tbt_ms / 1000)
@@ -301,6 +305,7 @@ def adapter_config(
         online_learning,
         steps_path,
         float(health_log_seconds),
+        None if load_dir is None else os.path.abspath(load_dir),
     )
     config = settings.to_vllm()
     try:

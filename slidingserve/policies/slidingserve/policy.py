@@ -168,6 +168,11 @@ class SlidingServePolicy(Policy):
         seconds = self.model.predict_shape(BatchShape((), ((self.max_tokens, 0),)))
         return self.max_tokens / seconds if seconds > 0 else 1.0
 
+    def admission_rate(self) -> float | None:
+        """The prefill rate `_hopeless` assumes (`ControlsAdmission`), None with admission
+        control off."""
+        return self._initial_throughput() if self.config.admission else None
+
     def _hopeless(self, view: SchedulerView) -> list[Request]:
         """Admission control: waiting requests that have emitted nothing and would miss their
         first-token deadline even if their whole prompt ran next, alone, in full batches

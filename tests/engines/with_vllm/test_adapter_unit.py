@@ -32,6 +32,7 @@ from slidingserve.engines.vllm.health import (  # noqa: E402
     AdapterHealth,
     PrometheusCounts,
 )
+from slidingserve.engines.vllm.load_record import read_record, record_path  # noqa: E402
 from slidingserve.engines.vllm.refusals import REFUSED_REASON  # noqa: E402
 from slidingserve.engines.vllm.timing import MAX_SAMPLES  # noqa: E402
 from slidingserve.policies.qoserve import QoServePolicy  # noqa: E402
@@ -325,6 +326,36 @@ def test_without_admission_control_nothing_is_refused(tmp_path: Path) -> None:
     output = run_step(scheduler)
     assert dict(output.num_scheduled_tokens) == {"late": 40}
     assert scheduler.refusals.count == 0
+
+
+def test_the_engine_publishes_the_rate_it_refuses_by_and_its_queue(tmp_path: Path) -> None:
+    folder = tmp_path / "load"
+    folder.mkdir()
+    scheduler = make_scheduler(tmp_path, "slidingserve", {"admission": True}, load_dir=folder)
+    try:
+        rate = scheduler.policy.admission_rate()  # type: ignore[attr-defined]
+        assert rate is not None and rate > 0
+        scheduler.add_request(engine_request("long", 600, arrival=time.time(), ttft_ms=60_000))
+        run_step(scheduler)  # 128 of its 600 tokens run
+        run_step(scheduler)  # which starts with 472 left
+        assert scheduler.load is not None
+        record = scheduler.load.publish()
+        assert record == read_record(record_path(folder, 0), time.time())
+        assert record is not None and record.prefill_rate == rate
+        assert record.queued_prefill_s == pytest.approx(472 / rate)
+    finally:
+        scheduler.shutdown()
+    assert not record_path(folder, 0).exists()
+
+
+@pytest.mark.parametrize(("policy", "options"), [("slidingserve", {}), ("sarathi-edf", {})])
+def test_without_admission_control_nothing_is_published(
+    tmp_path: Path, policy: str, options: dict[str, Any]
+) -> None:
+    scheduler = make_scheduler(tmp_path, policy, options, load_dir=tmp_path)
+    assert scheduler.load is None
+    run_step(scheduler)
+    assert list(tmp_path.glob("engine-*.json")) == []
 
 
 # -- faults: a policy that raises, KV that runs short, garbage step times ------------------

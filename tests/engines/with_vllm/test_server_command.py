@@ -101,6 +101,7 @@ def test_additional_config_holds_policy_slo_and_predictor(tmp_path: Path) -> Non
         online_learning=False,
         steps_out=str(tmp_path / "steps.json"),
         health_log_seconds=5,
+        load_dir=tmp_path,
     )
     config = json.loads(flag_value(command, "--additional-config"))
     assert config == {
@@ -113,6 +114,7 @@ def test_additional_config_holds_policy_slo_and_predictor(tmp_path: Path) -> Non
             "online_learning": False,
             "steps_out": str(tmp_path / "steps.json"),
             "health_log_seconds": 5.0,
+            "load_dir": str(tmp_path),
         }
     }
 

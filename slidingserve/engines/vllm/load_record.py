@@ -1,0 +1,176 @@
+"""The engine core's view of its load, published for the API server's admission check.
+
+The API server answers a hopeless request at once (`overload.py`), but the numbers that
+decide it live in the engine core, another process: the prefill rate the policy's admission
+control assumes and the prefill queued in the engine. The adapter keeps them in a
+`LoadPublisher`, whose thread writes them as a small JSON file (`LoadRecord`) a few times a
+second, one file per engine core (`record_path`: data-parallel engines each write their
+own) in a folder that `serve` creates and names to both processes. The API server reads
+the folder (`read_records`) on each completion request it checks, with no round trip to
+the engine.
+
+**Fail open.** A record is only believed while fresh: older than `MAX_AGE` (the engine core
+stopped, hung, or never had admission control), missing, unreadable or malformed, it is as
+if there were none, and with none the API server refuses nothing; the engine's own refusal
+(`refusals.py`) remains the backstop. The thread writes even while the engine is idle, so
+a fresh record means a live engine core, not a busy one.
+
+No vLLM import: tested with plain files and a fake clock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+logger = logging.getLogger(__name__)
+
+LOAD_DIR_ENV = "SLIDINGSERVE_LOAD_DIR"
+"""Environment variable naming the folder of the engine cores' load records, for the API
+server (the engine cores get it in the adapter's settings, `AdapterSettings.load_dir`)."""
+
+PUBLISH_INTERVAL = 0.25  # seconds between two writes of a record
+MAX_AGE = 2.0  # seconds after its writing that a record is still believed
+RECORD_GLOB = "engine-*.json"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadRecord:
+    """One engine core's load, as its adapter last saw it."""
+
+    written: float  # wall-clock time of the writing (`time.time()`), seconds
+    prefill_rate: float  # prefill tokens per second the admission test assumes, > 0
+    queued_prefill_s: float  # seconds to prefill what is waiting, at that rate, >= 0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> LoadRecord | None:
+        """The record `text` holds, or None if it is not a valid one."""
+        try:
+            values = json.loads(text)
+            record = cls(
+                float(values["written"]),
+                float(values["prefill_rate"]),
+                float(values["queued_prefill_s"]),
+            )
+        except (ValueError, TypeError, KeyError):
+            return None
+        return record if record.is_valid() else None
+
+    def is_valid(self) -> bool:
+        """Finite numbers, a positive rate and a queue time not below zero."""
+        numbers = (self.written, self.prefill_rate, self.queued_prefill_s)
+        finite = all(map(math.isfinite, numbers))
+        return finite and self.prefill_rate > 0 and self.queued_prefill_s >= 0
+
+    def is_fresh(self, now: float, max_age: float = MAX_AGE) -> bool:
+        """Whether the record was written within `max_age` seconds before `now` (wall clock;
+        a record from up to `max_age` in the future, a clock step, is believed too)."""
+        return abs(now - self.written) <= max_age
+
+
+def record_path(folder: str | os.PathLike[str], engine_index: int) -> Path:
+    """The record file of the engine core `engine_index` (its data-parallel rank)."""
+    return Path(folder) / f"engine-{engine_index}.json"
+
+
+def write_record(path: Path, record: LoadRecord) -> None:
+    """Replace `path` with `record` at once (a temporary file renamed over it: a reader sees
+    the old record or the new one, never a part). Not synced to disk: the record is worth
+    nothing after a crash, when it goes stale anyway."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    temp.write_text(record.to_json(), encoding="utf-8")
+    os.replace(temp, path)
+
+
+def read_record(path: Path, now: float, max_age: float = MAX_AGE) -> LoadRecord | None:
+    """The fresh, valid record at `path`, else None (missing, unreadable, malformed, stale)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    record = LoadRecord.from_json(text)
+    return record if record is not None and record.is_fresh(now, max_age) else None
+
+
+def read_records(
+    folder: str | os.PathLike[str], now: float, max_age: float = MAX_AGE
+) -> list[LoadRecord]:
+    """The fresh, valid records of every engine core in `folder` (none if it is missing)."""
+    try:
+        paths = sorted(Path(folder).glob(RECORD_GLOB))
+    except OSError:
+        return []
+    records = (read_record(path, now, max_age) for path in paths)
+    return [record for record in records if record is not None]
+
+
+class LoadPublisher:
+    """The adapter's latest load figures, written to `path` every `interval` seconds by a
+    daemon thread (each writing stamped with the time it happens, so an idle engine's
+    record stays fresh). `update` is called from the scheduling thread; the thread reads
+    the figures as one tuple (one assignment, no lock)."""
+
+    def __init__(
+        self,
+        path: Path,
+        interval: float = PUBLISH_INTERVAL,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = path
+        self.interval = interval
+        self.clock = clock
+        self._figures: tuple[float, float] | None = None  # (prefill_rate, queued_prefill_s)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failures = 0  # writings that raised (logged once)
+
+    def update(self, prefill_rate: float, queued_prefill_s: float) -> None:
+        """The figures to publish from now on (rate in tokens/s, queue in seconds)."""
+        self._figures = (prefill_rate, queued_prefill_s)
+
+    def publish(self) -> LoadRecord | None:
+        """Write the latest figures now, stamped with the clock; the record written, or
+        None when there is nothing valid to write or the writing failed."""
+        if self._figures is None:
+            return None
+        record = LoadRecord(self.clock(), *self._figures)
+        if not record.is_valid():
+            return None
+        try:
+            write_record(self.path, record)
+        except OSError as error:  # a full or removed folder must not stop the engine
+            if not self.failures:
+                logger.warning("cannot publish the load record %s: %s", self.path, error)
+            self.failures += 1
+            return None
+        return record
+
+    def start(self) -> None:
+        """Publish every `interval` seconds in a daemon thread until `stop`."""
+        self._thread = threading.Thread(target=self._run, name="load-record", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Stop the thread and remove the record, so that no reader believes it meanwhile."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self.path.unlink(missing_ok=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.publish()
+            self._stop.wait(self.interval)

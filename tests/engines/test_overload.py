@@ -1,0 +1,184 @@
+"""The API server's admission check: the prompt's low estimate, and when it refuses."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from slidingserve.core.slo_args import SLODefaults
+from slidingserve.engines.vllm.load_record import LoadRecord
+from slidingserve.engines.vllm.overload import (
+    CHAT_PATH,
+    COMPLETIONS_PATH,
+    TEXT_SLACK,
+    Overload,
+    Prompt,
+    best_record,
+    check_overload,
+    count_tokens,
+    most_tokens,
+    prompts,
+    refusal_status,
+    retry_after,
+)
+
+DEFAULTS = SLODefaults(ttft_ms=1000.0, tbt_ms=50.0)
+RATE = 1000.0  # prefill tokens per second: a TTFT of 100 ms leaves time for 100 tokens
+
+
+class WordTokenizer:
+    """A token per word; counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        self.calls += 1
+        return [0] * (len(text.split()) + (1 if add_special_tokens else 0))
+
+
+def make_record(rate: float = RATE, queued: float = 0.0) -> LoadRecord:
+    return LoadRecord(written=0.0, prefill_rate=rate, queued_prefill_s=queued)
+
+
+def check(
+    payload: dict[str, Any],
+    path: str = COMPLETIONS_PATH,
+    records: list[LoadRecord] | None = None,
+    tokenizer: WordTokenizer | None = None,
+) -> Overload | None:
+    records = [make_record()] if records is None else records
+    return asyncio.run(check_overload(path, payload, records, DEFAULTS, tokenizer))
+
+
+def words(n: int) -> str:
+    return " ".join(["word"] * n)
+
+
+class TestPrompts:
+    @pytest.mark.parametrize(
+        ("prompt", "expected"),
+        [
+            ("hello", [Prompt(0, ("hello",))]),
+            ([1, 2, 3], [Prompt(3)]),
+            (["a", "b"], [Prompt(0, ("a",)), Prompt(0, ("b",))]),
+            ([[1, 2], [3]], [Prompt(2), Prompt(1)]),
+            ([], []),
+            (None, []),
+            ([1, "a"], []),
+            ([True, 2], []),
+            ({"text": "x"}, []),
+        ],
+    )
+    def test_completion_prompts(self, prompt: object, expected: list[Prompt]) -> None:
+        assert prompts(COMPLETIONS_PATH, {"prompt": prompt}) == expected
+
+    def test_a_chats_text_is_its_string_contents_and_text_parts(self) -> None:
+        messages = [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image_url"}]},
+            {"role": "assistant", "content": None},
+        ]
+        assert prompts(CHAT_PATH, {"messages": messages}) == [Prompt(0, ("be brief", "hi"))]
+
+    @pytest.mark.parametrize("messages", [None, "hi", ["hi"]])
+    def test_messages_that_are_not_understood_give_no_prompt(self, messages: object) -> None:
+        assert prompts(CHAT_PATH, {"messages": messages}) == []
+
+    def test_the_upper_bound_is_a_token_per_byte_plus_slack(self) -> None:
+        assert most_tokens(Prompt(5, ("ab", "é"))) == 5 + 2 + 2 + 2 * TEXT_SLACK
+
+    def test_counting_needs_a_tokenizer_only_for_text(self) -> None:
+        assert count_tokens(Prompt(7), None) == 7
+        assert count_tokens(Prompt(0, ("a b",)), None) is None
+        assert count_tokens(Prompt(2, ("a b", "c")), WordTokenizer()) == 5
+
+
+class TestDecision:
+    def test_token_ids_that_take_longer_than_the_ttft_are_refused(self) -> None:
+        overload = check({"prompt": [1] * 101, "vllm_xargs": {"ttft_ms": 100}})
+        assert overload == Overload(101, RATE, 0.1, 1)
+        assert overload.prefill_s == pytest.approx(0.101)
+        assert "101 prompt tokens" in overload.message()
+        assert overload.message().startswith("slo-refused:")
+
+    def test_a_prompt_that_just_fits_is_let_through(self) -> None:
+        assert check({"prompt": [1] * 100, "vllm_xargs": {"ttft_ms": 100}}) is None
+
+    def test_the_default_ttft_applies_without_one(self) -> None:
+        assert check({"prompt": [1] * 1001}) is not None
+        assert check({"prompt": [1] * 1000}) is None
+
+    @pytest.mark.parametrize("protected", [True, 1, "true"])
+    def test_a_protected_request_is_never_refused(self, protected: object) -> None:
+        xargs = {"ttft_ms": 1, "protected": protected}
+        assert check({"prompt": [1] * 5000, "vllm_xargs": xargs}) is None
+
+    def test_without_a_fresh_record_nothing_is_refused(self) -> None:
+        assert check({"prompt": [1] * 5000, "vllm_xargs": {"ttft_ms": 1}}, records=[]) is None
+
+    def test_text_is_counted_with_the_tokenizer(self) -> None:
+        tokenizer = WordTokenizer()
+        xargs = {"ttft_ms": 100}
+        assert check({"prompt": words(101), "vllm_xargs": xargs}, tokenizer=tokenizer) is not None
+        assert check({"prompt": words(100), "vllm_xargs": xargs}, tokenizer=tokenizer) is None
+
+    def test_text_too_short_to_be_refused_is_not_tokenized(self) -> None:
+        tokenizer = WordTokenizer()
+        assert (
+            check({"prompt": "x" * 90, "vllm_xargs": {"ttft_ms": 100}}, tokenizer=tokenizer) is None
+        )
+        assert tokenizer.calls == 0
+
+    def test_without_a_tokenizer_text_is_let_through(self) -> None:
+        assert check({"prompt": words(5000), "vllm_xargs": {"ttft_ms": 1}}) is None
+
+    def test_a_chat_is_refused_on_its_messages_text(self) -> None:
+        messages = [{"role": "user", "content": words(60)}, {"role": "user", "content": words(41)}]
+        payload = {"messages": messages, "vllm_xargs": {"ttft_ms": 100}}
+        overload = check(payload, path=CHAT_PATH, tokenizer=WordTokenizer())
+        assert overload is not None and overload.prompt_tokens == 101
+
+    def test_several_prompts_are_refused_only_if_the_shortest_is(self) -> None:
+        xargs = {"ttft_ms": 100}
+        assert check({"prompt": [[1] * 500, [1] * 50], "vllm_xargs": xargs}) is None
+        overload = check({"prompt": [[1] * 500, [1] * 150], "vllm_xargs": xargs})
+        assert overload is not None and overload.prompt_tokens == 150
+
+    def test_a_body_without_a_prompt_is_let_through(self) -> None:
+        assert check({"vllm_xargs": {"ttft_ms": 1}}) is None
+        assert check({"prompt_embeds": "...", "vllm_xargs": {"ttft_ms": 1}}) is None
+
+    def test_the_fastest_engine_decides(self) -> None:
+        records = [make_record(rate=500.0), make_record(rate=2000.0)]
+        payload = {"prompt": [1] * 150, "vllm_xargs": {"ttft_ms": 100}}
+        assert check(payload, records=records) is None  # 75 ms at the faster engine
+        assert check(payload, records=records[:1]) is not None
+
+
+class TestRetryAfter:
+    @pytest.mark.parametrize(("queued", "seconds"), [(0.0, 1), (0.2, 1), (1.0, 1), (7.2, 8)])
+    def test_the_queued_prefill_rounded_up_at_least_one_second(
+        self, queued: float, seconds: int
+    ) -> None:
+        assert retry_after(make_record(queued=queued)) == seconds
+
+    def test_ties_in_rate_go_to_the_least_queued(self) -> None:
+        chosen = best_record([make_record(queued=3.0), make_record(queued=1.0)])
+        assert chosen == make_record(queued=1.0)
+        assert best_record([]) is None
+
+
+class TestStatus:
+    @pytest.mark.parametrize(
+        ("raw", "status"), [(None, 503), ("", 503), ("503", 503), ("429", 429)]
+    )
+    def test_the_configured_status(self, raw: str | None, status: int) -> None:
+        assert refusal_status(raw) == status
+
+    @pytest.mark.parametrize("raw", ["500", "x", "200"])
+    def test_another_status_is_an_error(self, raw: str) -> None:
+        with pytest.raises(ValueError, match="503 or 429"):
+            refusal_status(raw)

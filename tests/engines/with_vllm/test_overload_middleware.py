@@ -1,0 +1,141 @@
+"""The middleware's admission check on a minimal app: a hopeless request gets its 503 (or
+429) before the endpoint runs, streamed or not, on both completion endpoints."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("vllm", minversion="0.32")
+
+from starlette.applications import Starlette
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from slidingserve.engines.vllm.load_record import (
+    LOAD_DIR_ENV,
+    LoadRecord,
+    record_path,
+    write_record,
+)
+from slidingserve.engines.vllm.overload import REFUSAL_STATUS_ENV
+from slidingserve.engines.vllm.runtime import SLO_DEFAULTS_ENV
+from slidingserve.engines.vllm.validation import slo_middleware
+
+PATHS = ["/v1/completions", "/v1/chat/completions"]
+RATE = 1000.0  # tokens per second: a TTFT of 100 ms leaves time for 100 tokens
+
+
+class WordTokenizer:
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [0] * len(text.split())
+
+
+async def endpoint(request: Request) -> Response:
+    """Stands for vLLM's endpoint: streams two events, or answers with one JSON object."""
+    body = json.loads(await request.body())
+    if body.get("stream"):
+        events = [b'data: {"choices": [{"text": "a"}]}\n\n', b"data: [DONE]\n\n"]
+        return StreamingResponse(iter(events), media_type="text/event-stream")
+    return Response(b'{"choices": [{"text": "a"}]}', media_type="application/json")
+
+
+def body(path: str, stream: bool, tokens: int, ttft_ms: float = 100) -> dict[str, object]:
+    """A request whose prompt has `tokens` tokens, as text for chat, as ids otherwise."""
+    xargs = {"ttft_ms": ttft_ms}
+    if path.endswith("chat/completions"):
+        messages = [{"role": "user", "content": " ".join(["w"] * tokens)}]
+        return {"messages": messages, "stream": stream, "vllm_xargs": xargs}
+    return {"prompt": [1] * tokens, "stream": stream, "vllm_xargs": xargs}
+
+
+def publish(folder: Path, rate: float = RATE, queued: float = 2.5, age: float = 0.0) -> None:
+    write_record(record_path(folder, 0), LoadRecord(time.time() - age, rate, queued))
+
+
+def make_client(monkeypatch: pytest.MonkeyPatch, folder: Path, status: str | None) -> TestClient:
+    monkeypatch.setenv(SLO_DEFAULTS_ENV, json.dumps({"ttft_ms": 1000, "tbt_ms": 30}))
+    monkeypatch.setenv(LOAD_DIR_ENV, str(folder))
+    if status is not None:
+        monkeypatch.setenv(REFUSAL_STATUS_ENV, status)
+    app = Starlette(routes=[Route(path, endpoint, methods=["POST"]) for path in PATHS])
+    app.add_middleware(BaseHTTPMiddleware, dispatch=slo_middleware)  # as vLLM's --middleware
+    app.state.engine_client = SimpleNamespace(renderer=SimpleNamespace(tokenizer=WordTokenizer()))
+    return TestClient(app)
+
+
+@pytest.fixture
+def client(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[TestClient]:
+    with make_client(monkeypatch, tmp_path, None) as test_client:
+        yield test_client
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_hopeless_request_gets_a_503_with_retry_after_and_a_json_error(
+    client: TestClient, tmp_path: Path, path: str, stream: bool
+) -> None:
+    publish(tmp_path, queued=2.5)
+    response = client.post(path, json=body(path, stream, tokens=150))
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "3"
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert error["reason"] == "slo-refused"
+    assert (error["code"], error["type"], error["param"]) == (503, "Service Unavailable", None)
+    assert "150 prompt tokens" in error["message"] and "150 ms" in error["message"]
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("stream", [False, True])
+def test_429_when_configured(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, path: str, stream: bool
+) -> None:
+    publish(tmp_path)
+    with make_client(monkeypatch, tmp_path, "429") as client:
+        response = client.post(path, json=body(path, stream, tokens=150))
+    assert response.status_code == 429
+    assert "retry-after" in response.headers
+    error = response.json()["error"]
+    assert (error["code"], error["type"], error["reason"]) == (
+        429,
+        "Too Many Requests",
+        "slo-refused",
+    )
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_that_fits_reaches_the_endpoint(
+    client: TestClient, tmp_path: Path, path: str, stream: bool
+) -> None:
+    publish(tmp_path)
+    response = client.post(path, json=body(path, stream, tokens=90))
+    assert response.status_code == 200
+    assert response.text.startswith("data:" if stream else "{")
+
+
+@pytest.mark.parametrize("case", ["stale", "missing", "corrupt"])
+def test_without_a_fresh_record_the_hopeless_request_goes_through(
+    client: TestClient, tmp_path: Path, case: str
+) -> None:
+    if case == "stale":
+        publish(tmp_path, age=60.0)
+    elif case == "corrupt":
+        record_path(tmp_path, 0).write_text("{")
+    response = client.post("/v1/completions", json=body("/v1/completions", True, tokens=5000))
+    assert response.status_code == 200
+
+
+def test_a_bad_slo_is_still_a_400(client: TestClient, tmp_path: Path) -> None:
+    publish(tmp_path)
+    payload = body("/v1/completions", False, tokens=150, ttft_ms=-1)
+    assert client.post("/v1/completions", json=payload).status_code == 400
