@@ -120,3 +120,17 @@ def engine_request(
         arrival_time=arrival,
         block_hasher=HASHER,
     )
+
+
+class FakeTime:
+    """Stands in for the `time` module of the adapter's clocks (`timing.py`): the fake model
+    advances it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now

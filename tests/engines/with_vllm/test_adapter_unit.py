@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 from vllm.v1.engine import FinishReason  # noqa: E402
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
-from vllm_schedulers import engine_request, make_scheduler  # noqa: E402
+from vllm_schedulers import FakeTime, engine_request, make_scheduler  # noqa: E402
 
 from slidingserve.core import SLO  # noqa: E402
 from slidingserve.core.batch import BatchShape, TimedBatch  # noqa: E402
@@ -51,20 +51,6 @@ HEALTH_LOGGER = "slidingserve.engines.vllm.health"
 def law(tokens: int) -> float:
     """The measured step time of the tests below: 10 ms + 0.2 ms a token."""
     return 0.01 + 2e-4 * tokens
-
-
-class FakeTime:
-    """Stands in for the `time` module of the adapter's clocks (`timing.py`): the fake model
-    advances it."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def perf_counter(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return self.now
 
 
 def run_step(scheduler: SlidingServeScheduler, clock: FakeTime | None = None) -> Any:

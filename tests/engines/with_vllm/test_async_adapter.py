@@ -16,7 +16,7 @@ vllm = pytest.importorskip("vllm")
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.engine import FinishReason  # noqa: E402
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
-from vllm_schedulers import EOS, engine_request, make_scheduler  # noqa: E402
+from vllm_schedulers import EOS, FakeTime, engine_request, make_scheduler  # noqa: E402
 
 from slidingserve.core.batch import BatchShape  # noqa: E402
 from slidingserve.core.request import Phase  # noqa: E402
@@ -29,19 +29,6 @@ from slidingserve.engines.vllm.adapter import (  # noqa: E402
 def law(tokens: int) -> float:
     """The fake model's step time: 10 ms + 0.2 ms a token."""
     return 0.01 + 2e-4 * tokens
-
-
-class FakeTime:
-    """The `time` module of the adapter's clocks (`timing.py`), advanced by the fake model."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def perf_counter(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return self.now
 
 
 class AsyncEngine:
