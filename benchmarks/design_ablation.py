@@ -9,7 +9,7 @@ Rows: `slidingserve`, then `slidingserve` without each mechanism (the switch at 
 value), then `slidingserve-paper` and its published ablations, and the two baselines. Each
 cell is the goodput (req/s, mean over seeds) and the per-seed ratio to `slidingserve` with
 its 95% interval (`*`: the interval excludes 1). About 3 minutes per workload × scale cell
-on two cores at the defaults (17 policies × 3 seeds). `--json` also writes every policy's
+on two cores at the defaults (19 policies × 3 seeds). `--json` also writes every policy's
 goodput per seed, by SLO scale and workload.
 """
 
@@ -35,12 +35,14 @@ WITHOUT: Mapping[str, Mapping[str, Any]] = {
     "no-lost-last": {"lost_last": False},
     "no-tiles": {"token_quantum": PAPER_OPTIONS["token_quantum"]},
     "no-margin": {"time_margin": PAPER_OPTIONS["time_margin"]},
+    "no-cap": {"iteration_cap": PAPER_OPTIONS["iteration_cap"]},
     "paper-features": {"features": PAPER_OPTIONS["features"]},
     "paper-chunker": {"chunker": PAPER_OPTIONS["chunker"]},
     "window-2": {"window": 2},
     "with-constructor": {"batch_constructor": True},
     "mlps": {"sorter": "mlps"},
     "admission": {"admission": True},
+    "release": {"release_decodes": 4},
 }
 """Each row's change to the design (flat options on `DESIGN`): a mechanism back at the
 paper's setting, or a part the design leaves out put in."""
