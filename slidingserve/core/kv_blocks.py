@@ -20,6 +20,8 @@ def next_token_blocks(kv: KVView, requests: Iterable[Request]) -> int:
     """Blocks `requests` must add together to cache one more token each (decodes: the room
     the engine makes and `PlanBuilder` keeps for them). One pass, no call per request: it
     runs over every decode at every iteration."""
+    if isinstance(kv, KVBlockManager):
+        return kv.next_token_blocks(requests)
     held, block_size = kv.held, kv.block_size
     total = 0
     for request in requests:
@@ -54,6 +56,16 @@ class KVBlockManager:
         needed = -(-(request.num_computed + new_tokens) // self.block_size)  # blocks_for_tokens
         extra = needed - self._held.get(request.request_id, 0)
         return extra if extra > 0 else 0
+
+    def next_token_blocks(self, requests: Iterable[Request]) -> int:
+        """`kv_blocks.next_token_blocks` read from the table itself (no call per request)."""
+        held, block_size = self._held.get, self.block_size
+        total = 0
+        for request in requests:
+            extra = -(-(request.num_computed + 1) // block_size) - held(request.request_id, 0)
+            if extra > 0:
+                total += extra
+        return total
 
     def can_grow(self, request: Request, new_tokens: int) -> bool:
         """Whether the free blocks can hold `new_tokens` more tokens of `request`."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import repeat
 from typing import TYPE_CHECKING, NamedTuple
 
 from slidingserve.core.kv_blocks import next_token_blocks
@@ -24,6 +26,11 @@ class ScheduledChunk(NamedTuple):
 
     request: Request
     tokens: int  # tokens computed for this request in the iteration (1 for a decode)
+
+
+# A chunk from a (request, tokens) pair without the call of ScheduledChunk's __new__ (the
+# decodes of every iteration are added so)
+_new_chunk = partial(tuple.__new__, ScheduledChunk)
 
 
 @dataclass(slots=True)
@@ -114,7 +121,7 @@ class PlanBuilder:
         if len(decoding) <= min(self.seats_left, self.tokens_left) and _same_requests(
             requests, decoding
         ):
-            self.chunks.extend([ScheduledChunk(request, 1) for request in requests])
+            self.chunks.extend(map(_new_chunk, zip(requests, repeat(1))))
             self.blocks_left -= self._reserved  # the engine made room: the reserve is free
             self._reserved = 0
             self.seats_left -= len(decoding)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     import numpy as np
     import numpy.typing as npt
 
@@ -71,8 +73,10 @@ class SLO:
     def deadline(self, arrival: float, k: Any) -> Any:
         """d_{k+1} = a + L_ttft + k·L_tbt, eq. (1): when output token k+1 (k = 0: the first)
         of a request due at `arrival` must have come out, seconds; elementwise for an array
-        of `k`. The one home of the formula: `Request.deadline` (what the scheduler plans
-        for) and the metrics' verdicts (`slidingserve.metrics`) both read it here."""
+        of `k`. The home of the formula: `Request.deadline` (what the scheduler plans for)
+        and the metrics' verdicts (`slidingserve.metrics`) read it here; the hot paths
+        (`Request.next_deadline`, `next_deadlines`) write it out with the same operations,
+        so every reading gives the same float (tests/core check it)."""
         return arrival + self.ttft + k * self.tbt
 
 
@@ -139,7 +143,9 @@ class Request:
     @property
     def next_deadline(self) -> float:
         """Deadline of the next token this request will emit."""
-        return self.slo.deadline(self.arrival, self.num_generated)
+        slo = self.slo
+        # `SLO.deadline` written out (same operations, same order): read at every iteration
+        return self.arrival + slo.ttft + self.num_generated * slo.tbt
 
     def slack(self, now: float) -> float:
         """s_i(t): time left before the next token's deadline, seconds (≤ 0: lost)."""
@@ -147,3 +153,9 @@ class Request:
 
     def is_lost(self, now: float) -> bool:
         return self.next_deadline <= now
+
+
+def next_deadlines(requests: Iterable[Request]) -> list[float]:
+    """`Request.next_deadline` of each of `requests`, in one pass (no call per request):
+    the schedulers read the deadline of every queued request at every iteration."""
+    return [r.arrival + (slo := r.slo).ttft + r.num_generated * slo.tbt for r in requests]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from slidingserve.policies.common import deadline_key
+from slidingserve.policies.common import edf_sorted
 from slidingserve.policies.sarathi import SarathiPolicy
 
 if TYPE_CHECKING:
@@ -20,4 +20,4 @@ class SarathiEdfPolicy(SarathiPolicy):
     path: ClassVar[str] = "edf"
 
     def prefill_order(self, view: SchedulerView) -> list[Request]:
-        return sorted(view.prefill_candidates(), key=deadline_key)
+        return edf_sorted(view.prefill_candidates())

@@ -35,7 +35,11 @@ def predicted_time_at(model: LatencyModel, profile: PrefillQueueProfile, b: int)
 
 
 def time_to_budget(
-    model: LatencyModel, profile: PrefillQueueProfile, time_limit: float, max_tokens: int
+    model: LatencyModel,
+    profile: PrefillQueueProfile,
+    time_limit: float,
+    max_tokens: int,
+    base_time: float | None = None,
 ) -> Budget:
     """The largest b ≤ min(capacity, max_tokens − |D|) whose batch is predicted ≤ `time_limit`.
 
@@ -43,10 +47,12 @@ def time_to_budget(
     b = 0 (decodes only) is checked first; over b ≥ 1 (one scenario) the prediction is
     non-decreasing, so a binary search finds the boundary with at most
     1 + ceil(log2(b_max + 1)) predictions. The decodes are always in the batch, even when
-    |D| alone exceeds `max_tokens` (then b = 0).
+    |D| alone exceeds `max_tokens` (then b = 0). `base_time`: the prediction at b = 0, when
+    the caller has it.
     """
     num_decodes = profile.num_decodes
-    base_time = predicted_time_at(model, profile, 0)
+    if base_time is None:
+        base_time = predicted_time_at(model, profile, 0)
     if base_time > time_limit:
         return Budget(num_decodes, 0, base_time, False)
     # Invariant: lo fits (b = 0 by the check above), hi does not (b_max + 1 by convention).

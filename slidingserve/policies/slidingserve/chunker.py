@@ -33,12 +33,22 @@ class ChunkChoice(NamedTuple):
 class QueueTimes:
     """f and G over one queue profile, with the token cap B_max."""
 
-    def __init__(self, model: LatencyModel, profile: PrefillQueueProfile, max_tokens: int) -> None:
+    def __init__(
+        self,
+        model: LatencyModel,
+        profile: PrefillQueueProfile,
+        max_tokens: int,
+        decode_time: float | None = None,
+    ) -> None:
+        """`decode_time`: f(0), the predicted time of the profile's decodes alone, when the
+        caller has it (the same prediction: it is not asked for again)."""
         self.model = model
         self.profile = profile
         self.max_tokens = max_tokens
         self.max_prefill = max(0, min(profile.capacity, max_tokens - profile.num_decodes))
         self._times: dict[int, float] = {}  # f is asked for the same p many times
+        if decode_time is not None:
+            self._times[0] = decode_time
 
     def time_of(self, prefill_tokens: int) -> float:
         """f(p), seconds."""
@@ -52,7 +62,9 @@ class QueueTimes:
         """G(t): most prefill tokens predicted within `seconds`; None if decodes alone exceed."""
         if seconds == math.inf:
             return self.max_prefill
-        budget = time_to_budget(self.model, self.profile, seconds, self.max_tokens)
+        budget = time_to_budget(
+            self.model, self.profile, seconds, self.max_tokens, self._times.get(0)
+        )
         return budget.prefill_tokens if budget.fits else None
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from slidingserve.core.checks import require_positive
-from slidingserve.policies.common import deadline_key
+from slidingserve.core.request import next_deadlines
+from slidingserve.policies.common import deadline_order
 
 if TYPE_CHECKING:
     from slidingserve.core.request import Request
@@ -84,16 +85,30 @@ def mlps_order(
     return sorted(candidates, key=key)
 
 
+class DeadlineQueue(NamedTuple):
+    """The prefill queue in deadline order, with the next deadline of each request (read
+    once, for the ordering and the triage after it)."""
+
+    requests: list[Request]
+    deadlines: list[float]  # next deadline of each of `requests`, seconds
+
+
 def edf_order(
     candidates: Sequence[Request], now: float = 0.0, *, lost_last: bool = False
 ) -> list[Request]:
     """Earliest deadline of the next token first, ties by arrival (Sarathi-EDF's key); with
     `lost_last`, the requests whose next deadline is not after `now` go behind the others."""
-    keys = [deadline_key(r) for r in candidates]  # each deadline read once
-    order = sorted(range(len(keys)), key=keys.__getitem__)  # stable, as sorting the requests
-    if not lost_last:
-        return [candidates[i] for i in order]
-    live = [candidates[i] for i in order if keys[i][0] > now]
-    if len(live) == len(order):
-        return live
-    return live + [candidates[i] for i in order if keys[i][0] <= now]
+    return edf_queue(candidates, now, lost_last=lost_last).requests
+
+
+def edf_queue(
+    candidates: Sequence[Request], now: float = 0.0, *, lost_last: bool = False
+) -> DeadlineQueue:
+    """`edf_order` with the deadlines it read, in the same order."""
+    deadlines = next_deadlines(candidates)  # each deadline read once
+    order = deadline_order(deadlines, [r.arrival for r in candidates])
+    if lost_last:
+        live = [i for i in order if deadlines[i] > now]
+        if len(live) < len(order):
+            order = live + [i for i in order if deadlines[i] <= now]
+    return DeadlineQueue([candidates[i] for i in order], [deadlines[i] for i in order])

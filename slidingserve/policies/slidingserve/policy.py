@@ -28,7 +28,7 @@ from slidingserve.policies.slidingserve.constructor import (
     risky_prefills,
 )
 from slidingserve.policies.slidingserve.options import compose
-from slidingserve.policies.slidingserve.ordering import sort_queue
+from slidingserve.policies.slidingserve.ordering import EdfOrder, edf_queue, sort_queue
 from slidingserve.policies.slidingserve.release import (
     DecodeCosts,
     PromptDemand,
@@ -120,7 +120,8 @@ class SlidingServePolicy(Policy):
         and its selection can be granted in full; else the SlidingChunker's."""
         queue = watch.run("order", lambda: self._sorted_queue(view))
         budget = self.config.budget
-        costs = self._decode_costs(view) if view.decoding and self._reads_costs else None
+        contexts = [r.num_computed for r in view.decoding]  # u_i of each decode
+        costs = self._decode_costs(contexts) if contexts and self._reads_costs else None
         decode_time = costs.decode_time if costs else 0.0
         bounding = None
         if costs and budget.release_decodes and queue:
@@ -138,24 +139,28 @@ class SlidingServePolicy(Policy):
         constructor = self.constructor
         if constructor is not None and queue:
             construction = watch.run(
-                "constructor", lambda: self._construct(constructor, view, queue, horizons[0])
+                "constructor",
+                lambda: self._construct(constructor, view, queue, contexts, horizons[0]),
             )
         if construction.plan is not None:
             return construction.plan
-        plan = watch.run("chunker", lambda: self._chunk(view, queue, horizons))
+        known_time = costs.decode_time if costs else None
+        plan = watch.run(
+            "chunker", lambda: self._chunk(view, queue, contexts, horizons, known_time)
+        )
         if construction.fallback:
             self.constructor_fallbacks += 1
             plan.path += FALLBACK_SUFFIX
         return plan
 
-    def _decode_costs(self, view: SchedulerView) -> DecodeCosts:
+    def _decode_costs(self, contexts: list[int]) -> DecodeCosts:
         """The predicted time of the decodes alone (read by `iteration_cap`) and the cost of
-        a prefill token beside them (read by the decode release)."""
-        contexts = tuple(r.num_computed for r in view.decoding)
-        decode_time = self.model.predict_shape(BatchShape(contexts, ()))
+        a prefill token beside them (read by the decode release); `contexts`: u_i of each
+        decode."""
+        decode_time = self.model.predict_shape(BatchShape(tuple(contexts), ()))
         per_token = COST_FLOOR
         if self.config.budget.release_decodes:
-            probe = self.model.predict_shape(BatchShape(contexts, ((COST_PROBE, 0),)))
+            probe = self.model.predict_shape(BatchShape(tuple(contexts), ((COST_PROBE, 0),)))
             per_token = max(COST_FLOOR, (probe - decode_time) / COST_PROBE)
         return DecodeCosts(decode_time, per_token, self.max_tokens)
 
@@ -188,11 +193,16 @@ class SlidingServePolicy(Policy):
     def _sorted_queue(self, view: SchedulerView) -> list[Request]:
         """The prefill queue in the ordering's order, requests the triage gives up last."""
         candidates = view.prefill_candidates()
-        queue = sort_queue(self.config.ordering, candidates, view.now, self.rate.value)
+        ordering = self.config.ordering
+        deadlines = None
+        if isinstance(ordering, EdfOrder):
+            queue, deadlines = edf_queue(candidates, view.now, lost_last=ordering.lost_last)
+        else:
+            queue = sort_queue(ordering, candidates, view.now, self.rate.value)
         if self.triage is None:
             return queue
         rate = self._triage_rate(view, self.triage.config.rate)
-        triage = self.triage.split(queue, view.now, rate)
+        triage = self.triage.split(queue, view.now, rate, deadlines)
         return triage.keep + triage.give_up
 
     def _triage_rate(self, view: SchedulerView, source: RateSource) -> float:
@@ -214,6 +224,7 @@ class SlidingServePolicy(Policy):
         constructor: BatchConstructor,
         view: SchedulerView,
         queue: list[Request],
+        contexts: list[int],
         t_cur: float,
     ) -> Construction:
         """The BatchConstructor's plan if the candidate batch puts a live prefill at risk.
@@ -226,11 +237,10 @@ class SlidingServePolicy(Policy):
         anchors = self._risky_anchors(view, queue)
         if not anchors:
             return NO_CONSTRUCTION
-        contexts = [r.num_computed for r in view.decoding]
         selection = constructor.select(contexts, queue, anchors, view.now, t_cur)
         if selection is None:
             return NO_CONSTRUCTION
-        plan = self._selection_plan(constructor, view, queue, selection)
+        plan = self._selection_plan(constructor, view, queue, contexts, selection)
         if not grants_in_full(plan, selection):
             return Construction(None, fallback=True)
         return Construction(plan, fallback=False)
@@ -251,6 +261,7 @@ class SlidingServePolicy(Policy):
         constructor: BatchConstructor,
         view: SchedulerView,
         queue: Sequence[Request],
+        contexts: list[int],
         selection: Selection,
     ) -> Plan:
         builder = PlanBuilder(view, self.max_tokens)
@@ -258,16 +269,23 @@ class SlidingServePolicy(Policy):
         for request in selection.requests:
             builder.add(request, request.remaining_prefill)
         if constructor.config.leftover_fill:
-            contexts = [r.num_computed for r in view.decoding]
             extra = constructor.leftover(contexts, queue, selection)
             builder.tokens_left = min(builder.tokens_left, extra)
             chosen = set(map(id, selection.requests))
             builder.add_prefills(r for r in queue if id(r) not in chosen)
         return builder.build("constructor")
 
-    def _chunk(self, view: SchedulerView, queue: list[Request], horizons: list[float]) -> Plan:
-        """The SlidingChunker's plan: every decode, then the queue greedily up to the budget."""
-        choice = self._chunk_choice(view, queue, horizons)
+    def _chunk(
+        self,
+        view: SchedulerView,
+        queue: list[Request],
+        contexts: list[int],
+        horizons: list[float],
+        decode_time: float | None,
+    ) -> Plan:
+        """The SlidingChunker's plan: every decode, then the queue greedily up to the budget.
+        `contexts`: u_i of each decode; `decode_time`: their predicted time alone, if known."""
+        choice = self._chunk_choice(view, queue, contexts, horizons, decode_time)
         total = rounded_total(self.config.budget, len(view.decoding), choice.prefill_tokens)
         builder = PlanBuilder(view, total)
         builder.add_decodes(view.decoding)
@@ -275,17 +293,21 @@ class SlidingServePolicy(Policy):
         return builder.build(f"chunker:{choice.reason}")
 
     def _chunk_choice(
-        self, view: SchedulerView, queue: list[Request], horizons: list[float]
+        self,
+        view: SchedulerView,
+        queue: list[Request],
+        contexts: list[int],
+        horizons: list[float],
+        decode_time: float | None,
     ) -> ChunkChoice:
         if not queue:
             return ChunkChoice(0, "no-prefill")
-        num_decodes = len(view.decoding)
+        num_decodes = len(contexts)
         seats = max(0, view.limits.max_num_seqs - num_decodes)
         profile = PrefillQueueProfile(
-            [r.num_computed for r in view.decoding],
-            queue_head(queue, seats, self.max_tokens - num_decodes),
+            contexts, queue_head(queue, seats, self.max_tokens - num_decodes)
         )
-        times = QueueTimes(self.model, profile, self.max_tokens)
+        times = QueueTimes(self.model, profile, self.max_tokens, decode_time)
         return split_budget(self.config.budget.rule, times, horizons)
 
 

@@ -13,11 +13,14 @@ never given up.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
+from heapq import heappop, heappush
+from itertools import compress
+from operator import not_
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from slidingserve.policies.common import Relegation, prefill_seconds
+from slidingserve.core.request import next_deadlines
+from slidingserve.policies.common import Relegation
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -63,8 +66,15 @@ class QueueTriage:
         self.config = config
         self.relegation = Relegation()  # ids relegated for good (rule "relegate")
 
-    def split(self, queue: Sequence[Request], now: float, rate: float) -> Triage:
-        """`queue` (in its order) split at `now` assuming `rate` prefill tokens per second.
+    def split(
+        self,
+        queue: Sequence[Request],
+        now: float,
+        rate: float,
+        deadlines: Sequence[float] | None = None,
+    ) -> Triage:
+        """`queue` (in its order) split at `now` assuming `rate` prefill tokens per second;
+        `deadlines`: the next deadline of each request of `queue`, when already read.
 
         At a rate of zero nothing is given up: that rate means the decodes alone fill the
         tightest TBT window this iteration, a passing moment, not proof that every request
@@ -74,40 +84,65 @@ class QueueTriage:
         if self.config.rule == "relegate":
             self.relegation.forget_departed((queue,))
             return relegate_hopeless(queue, now, rate, self.relegation)
-        return drop_largest(queue, now, rate)
+        return drop_largest(queue, now, rate, deadlines)
 
 
-def drop_largest(queue: Sequence[Request], now: float, tokens_per_second: float) -> Triage:
+def drop_largest(
+    queue: Sequence[Request],
+    now: float,
+    tokens_per_second: float,
+    deadlines: Sequence[float] | None = None,
+) -> Triage:
     """Moore–Hodgson on `queue` (in deadline order): the most requests that can each finish
     their prefill by their next deadline at `tokens_per_second` (> 0), the rest given up.
+    `deadlines` are those next deadlines, when the caller has read them.
 
     A request already late is given up at once (no order makes it on time). Protected
     requests are kept and their time counted, so unprotected ones are given up for them.
     """
     if tokens_per_second <= 0:
         raise ValueError(f"drop_largest needs a positive rate, got {tokens_per_second}")
-    finish = now
-    chosen: list[tuple[int, int]] = []  # max-heap by remaining: (−remaining, position)
-    given_up: set[int] = set()
-    for position, request in enumerate(queue):
-        deadline = request.next_deadline
-        protected = request.slo.protected
-        if deadline <= now and not protected:
-            given_up.add(position)
-            continue
-        remaining = request.remaining_prefill
-        finish += prefill_seconds(remaining, tokens_per_second)
-        if not protected:
-            heapq.heappush(chosen, (-remaining, position))
-        while finish > deadline and chosen:
-            negative, largest = heapq.heappop(chosen)
-            finish -= prefill_seconds(-negative, tokens_per_second)
-            given_up.add(largest)
-    if not given_up:
+    if deadlines is None:
+        deadlines = next_deadlines(queue)
+    remaining = [r.remaining_prefill for r in queue]
+    protected = [r.slo.protected for r in queue]
+    kept = moore_hodgson(deadlines, remaining, protected, now, tokens_per_second)
+    if all(kept):
         return Triage(list(queue), [])
-    keep = [r for i, r in enumerate(queue) if i not in given_up]
-    give_up = [r for i, r in enumerate(queue) if i in given_up]
-    return Triage(keep, give_up)
+    return Triage(list(compress(queue, kept)), list(compress(queue, map(not_, kept))))
+
+
+def moore_hodgson(
+    deadlines: Sequence[float],
+    remaining: Sequence[int],
+    protected: Sequence[bool],
+    now: float,
+    tokens_per_second: float,
+) -> list[bool]:
+    """Whether each job of `drop_largest` is kept: jobs in queue order, with their
+    deadlines (seconds), prefill tokens and protection, run from `now` at
+    `tokens_per_second` (> 0)."""
+    size = len(deadlines)
+    kept = [True] * size
+    finish = now
+    # Max-heap by remaining, ties by position, as one int per job: −remaining·size + position
+    chosen: list[int] = []
+    for position, (deadline, tokens, guarded) in enumerate(
+        zip(deadlines, remaining, protected, strict=True)
+    ):
+        if guarded:
+            finish += tokens / tokens_per_second  # prefill_seconds at a positive rate
+        elif deadline <= now:
+            kept[position] = False
+            continue
+        else:
+            finish += tokens / tokens_per_second
+            heappush(chosen, position - tokens * size)
+        while finish > deadline and chosen:
+            largest = heappop(chosen) % size
+            finish -= remaining[largest] / tokens_per_second
+            kept[largest] = False
+    return kept
 
 
 def relegate_hopeless(

@@ -6,6 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from slidingserve.core.request import next_deadlines
+
 if TYPE_CHECKING:
     from slidingserve.core.request import Request
 
@@ -18,8 +20,8 @@ def decode_horizons(decoding: Sequence[Request], now: float, k: int) -> list[flo
     """
     slacks: list[float] = []
     tbts: list[float] = []
-    for request in decoding:
-        slack = request.next_deadline - now
+    for request, deadline in zip(decoding, next_deadlines(decoding), strict=True):
+        slack = deadline - now
         if slack > 0:
             slacks.append(slack)
             tbts.append(request.slo.tbt)
