@@ -7,6 +7,7 @@ from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING, NamedTuple
 
+from slidingserve.core.batch import BatchShape
 from slidingserve.core.kv_blocks import next_token_blocks
 from slidingserve.core.request import DECODING, FINISHED, WAITING
 
@@ -76,6 +77,9 @@ class PlanBuilder:
             reserved = next_token_blocks(view.kv, view.decoding)
         self._reserved = reserved
         self.chunks: list[ScheduledChunk] = []
+        # The batch of `chunks` as `BatchShape.from_chunks` gives it, kept as they are added
+        self._decode_contexts: list[int] = []
+        self._prefill_chunks: list[tuple[int, int]] = []
 
     def _extra_blocks(self, request: Request, tokens: int) -> int:
         kv = self._view.kv
@@ -105,23 +109,34 @@ class PlanBuilder:
             return 0
         needed = self._extra_blocks(request, tokens)
         self.blocks_left -= needed
-        if request.phase is DECODING:
+        phase = request.phase
+        if phase is DECODING:
             self._reserved -= needed
+            self._decode_contexts.append(request.num_computed)
+        elif phase is WAITING:
+            self.admissions_left -= 1
+            self._prefill_chunks.append((tokens, 0))
+        else:
+            self._prefill_chunks.append((tokens, request.num_computed))
         self.tokens_left -= tokens
         self.seats_left -= 1
-        if request.phase is WAITING:
-            self.admissions_left -= 1
         self.chunks.append(ScheduledChunk(request, tokens))
         return tokens
 
-    def add_decodes(self, requests: Iterable[Request]) -> None:
+    def add_decodes(
+        self, requests: Iterable[Request], contexts: Sequence[int] | None = None
+    ) -> None:
         """One token for each decode, in the order of `requests`; at once when they are all
-        of `view.decoding` (itself or in another order) and fit."""
+        of `view.decoding` (itself or in another order) and fit. `contexts`: the
+        `num_computed` of each of `requests`, when the caller has read them."""
         decoding = self._view.decoding
         if len(decoding) <= min(self.seats_left, self.tokens_left) and _same_requests(
             requests, decoding
         ):
             self.chunks.extend(map(_new_chunk, zip(requests, repeat(1))))
+            if contexts is None:
+                contexts = [r.num_computed for r in requests]
+            self._decode_contexts.extend(contexts)
             self.blocks_left -= self._reserved  # the engine made room: the reserve is free
             self._reserved = 0
             self.seats_left -= len(decoding)
@@ -139,6 +154,11 @@ class PlanBuilder:
 
     def build(self, path: str = "", predicted_time: float | None = None) -> Plan:
         return Plan(self.chunks, path, predicted_time)
+
+    def shape(self) -> BatchShape:
+        """The batch of the chunks added so far: `BatchShape.from_chunks(self.chunks)`,
+        without a pass over them."""
+        return BatchShape(tuple(self._decode_contexts), tuple(self._prefill_chunks))
 
 
 def _same_requests(requests: Iterable[Request], decoding: Sequence[Request]) -> bool:

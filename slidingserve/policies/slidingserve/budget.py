@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from slidingserve.core.checks import require_int, require_number
+from slidingserve.core.request import next_deadlines
 from slidingserve.policies.slidingserve.chunker import ChunkChoice, paper_chunk, window_chunk
-from slidingserve.policies.slidingserve.windows import decode_horizons
+from slidingserve.policies.slidingserve.windows import decode_horizons, slack_horizons
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -93,12 +94,17 @@ def budget_windows(
     (`decode_time`: the predicted seconds of an iteration of the decodes alone). The windows
     are those of the `bounding` decodes (all of `decoding` unless some were released); the
     cap reads every decode."""
-    k = budget.rule.k if isinstance(budget.rule, WindowSplit) else 2
-    horizons = decode_horizons(decoding if bounding is None else bounding, now, max(2, k))
+    k = max(2, budget.rule.k if isinstance(budget.rule, WindowSplit) else 2)
+    tbts = [r.slo.tbt for r in decoding]
+    if bounding is None:
+        slacks = [deadline - now for deadline in next_deadlines(decoding)]
+        horizons = slack_horizons(slacks, tbts, k)
+    else:
+        horizons = decode_horizons(bounding, now, k)
     if budget.time_margin != 1:
         horizons = [h / budget.time_margin for h in horizons]
     if budget.iteration_cap and decoding:
-        step = iteration_limit(budget.iteration_cap, min(r.slo.tbt for r in decoding), decode_time)
+        step = iteration_limit(budget.iteration_cap, min(tbts), decode_time)
         horizons = [min(h, (j + 1) * step) for j, h in enumerate(horizons)]
     return horizons
 

@@ -107,7 +107,8 @@ class SlidingServePolicy(Policy):
             view = view.without(refused)
         plan = self._decide(view, watch)
         plan.refused = refused
-        plan.predicted_time = self.model.predict_shape(BatchShape.from_plan(plan)) if plan else None
+        if plan.predicted_time is None and plan:  # the parts predict what they build
+            plan.predicted_time = self.model.predict_shape(BatchShape.from_plan(plan))
         if self.config.record_decisions:
             record = watch.record(
                 view.now, plan.path, plan.predicted_time, plan.total_tokens, len(view.decoding)
@@ -234,7 +235,7 @@ class SlidingServePolicy(Policy):
         its whole remaining prefill) would not emit the first tokens it was chosen for, so
         the iteration falls back to the chunker.
         """
-        anchors = self._risky_anchors(view, queue)
+        anchors = self._risky_anchors(view, queue, contexts)
         if not anchors:
             return NO_CONSTRUCTION
         selection = constructor.select(contexts, queue, anchors, view.now, t_cur)
@@ -245,15 +246,17 @@ class SlidingServePolicy(Policy):
             return Construction(None, fallback=True)
         return Construction(plan, fallback=False)
 
-    def _risky_anchors(self, view: SchedulerView, queue: list[Request]) -> list[Request]:
+    def _risky_anchors(
+        self, view: SchedulerView, queue: list[Request], contexts: list[int]
+    ) -> list[Request]:
         """The violation checker: live prefills of the largest candidate batch at risk."""
         candidate = PlanBuilder(view, self.max_tokens)
-        candidate.add_decodes(view.decoding)
+        candidate.add_decodes(view.decoding, contexts)
         candidate.add_prefills(queue)
         prefills = [r for r, _ in candidate.chunks if r.phase is not Phase.DECODING]
         if not prefills:
             return []
-        t_full = self.model.predict_shape(BatchShape.from_plan(candidate.build()))
+        t_full = self.model.predict_shape(candidate.shape())
         return risky_prefills(prefills, view.now, t_full)
 
     def _selection_plan(
@@ -265,7 +268,7 @@ class SlidingServePolicy(Policy):
         selection: Selection,
     ) -> Plan:
         builder = PlanBuilder(view, self.max_tokens)
-        builder.add_decodes(view.decoding)
+        builder.add_decodes(view.decoding, contexts)
         for request in selection.requests:
             builder.add(request, request.remaining_prefill)
         if constructor.config.leftover_fill:
@@ -273,7 +276,7 @@ class SlidingServePolicy(Policy):
             builder.tokens_left = min(builder.tokens_left, extra)
             chosen = set(map(id, selection.requests))
             builder.add_prefills(r for r in queue if id(r) not in chosen)
-        return builder.build("constructor")
+        return self._built(builder, "constructor")
 
     def _chunk(
         self,
@@ -288,9 +291,14 @@ class SlidingServePolicy(Policy):
         choice = self._chunk_choice(view, queue, contexts, horizons, decode_time)
         total = rounded_total(self.config.budget, len(view.decoding), choice.prefill_tokens)
         builder = PlanBuilder(view, total)
-        builder.add_decodes(view.decoding)
+        builder.add_decodes(view.decoding, contexts)
         builder.add_prefills(queue)
-        return builder.build(f"chunker:{choice.reason}")
+        return self._built(builder, f"chunker:{choice.reason}")
+
+    def _built(self, builder: PlanBuilder, path: str) -> Plan:
+        """The plan of `builder` with its predicted time (None when it is empty)."""
+        predicted = self.model.predict_shape(builder.shape()) if builder.chunks else None
+        return builder.build(path, predicted)
 
     def _chunk_choice(
         self,

@@ -14,7 +14,7 @@ never given up.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from heapq import heappop, heappush
+from heapq import heappop, heappush, heappushpop
 from itertools import compress
 from operator import not_
 from typing import TYPE_CHECKING, Literal, NamedTuple
@@ -137,7 +137,12 @@ def moore_hodgson(
             continue
         else:
             finish += tokens / tokens_per_second
-            heappush(chosen, position - tokens * size)
+            if finish > deadline:  # push, then pop the largest, in one step
+                largest = heappushpop(chosen, position - tokens * size) % size
+                finish -= remaining[largest] / tokens_per_second
+                kept[largest] = False
+            else:
+                heappush(chosen, position - tokens * size)
         while finish > deadline and chosen:
             largest = heappop(chosen) % size
             finish -= remaining[largest] / tokens_per_second

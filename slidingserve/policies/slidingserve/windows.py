@@ -18,13 +18,16 @@ def decode_horizons(decoding: Sequence[Request], now: float, k: int) -> list[flo
     Safe decodes are those whose next deadline is still ahead; H_1 = T_cur and
     H_2 − H_1 = T_next. Without a safe decode every horizon is infinite (no TBT limit).
     """
-    slacks: list[float] = []
-    tbts: list[float] = []
-    for request, deadline in zip(decoding, next_deadlines(decoding), strict=True):
-        slack = deadline - now
-        if slack > 0:
-            slacks.append(slack)
-            tbts.append(request.slo.tbt)
+    slacks = [deadline - now for deadline in next_deadlines(decoding)]
+    return slack_horizons(slacks, [r.slo.tbt for r in decoding], k)
+
+
+def slack_horizons(slacks: list[float], tbts: list[float], k: int) -> list[float]:
+    """`decode_horizons` from the slack (next deadline − now) and L_tbt of each decode,
+    seconds, in the same order."""
+    if slacks and min(slacks) <= 0:  # only the safe decodes bound the windows
+        safe = [i for i, slack in enumerate(slacks) if slack > 0]
+        slacks, tbts = [slacks[i] for i in safe], [tbts[i] for i in safe]
     if not slacks:
         return [math.inf] * k
     return [min(slacks)] + [
