@@ -73,17 +73,37 @@ class KVBlockManager:
 
     def grow(self, request: Request, new_tokens: int) -> None:
         """Allocate the blocks for `new_tokens` more cached tokens of `request`."""
-        request_id = request.request_id
-        held = self._held.get(request_id, 0)
-        extra = -(-(request.num_computed + new_tokens) // self.block_size) - held
-        if extra <= 0:
-            return
-        if extra > self.num_free:
-            raise RuntimeError(
-                f"KV over-commit: request {request_id} needs {extra} blocks, {self.num_free} free"
+        self.grow_each(((request, new_tokens),))
+
+    def grow_each(self, growths: Iterable[tuple[Request, int]]) -> None:
+        """`grow` for each (request, new tokens) pair in turn, in one pass (no call per
+        request: the simulator grows every request of a batch at every iteration)."""
+        table, block_size = self._held, self.block_size
+        for request, new_tokens in growths:
+            request_id = request.request_id
+            held = table.get(request_id, 0)
+            extra = -(-(request.num_computed + new_tokens) // block_size) - held
+            if extra <= 0:
+                continue
+            if extra > self.num_free:
+                raise RuntimeError(
+                    f"KV over-commit: request {request_id} needs {extra} blocks, "
+                    f"{self.num_free} free"
+                )
+            table[request_id] = held + extra
+            self.num_free -= extra
+
+    def extra_blocks_each(self, growths: Iterable[tuple[Request, int]]) -> int:
+        """Σ `extra_blocks` over (request, new tokens) pairs, in one pass."""
+        held, block_size = self._held.get, self.block_size
+        total = 0
+        for request, new_tokens in growths:
+            extra = -(-(request.num_computed + new_tokens) // block_size) - held(
+                request.request_id, 0
             )
-        self._held[request_id] = held + extra
-        self.num_free -= extra
+            if extra > 0:
+                total += extra
+        return total
 
     def free(self, request: Request) -> None:
         """Release every block of `request` (finished or preempted)."""

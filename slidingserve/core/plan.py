@@ -8,14 +8,14 @@ from itertools import repeat
 from typing import TYPE_CHECKING, NamedTuple
 
 from slidingserve.core.batch import BatchShape
-from slidingserve.core.kv_blocks import next_token_blocks
+from slidingserve.core.kv_blocks import KVBlockManager, next_token_blocks
 from slidingserve.core.request import DECODING, FINISHED, WAITING
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
     from slidingserve.core.request import Request
-    from slidingserve.core.view import SchedulerView
+    from slidingserve.core.view import KVView, SchedulerView
 
 
 class InvalidPlanError(ValueError):
@@ -203,9 +203,9 @@ class _PlanTotals(NamedTuple):
 
 
 def _plan_totals(plan: Plan, view: SchedulerView) -> _PlanTotals:
-    """What `validate_plan` checks, in one pass over the chunks (it runs every iteration)."""
-    block_size, held = view.limits.block_size, view.kv.held
-    tokens_total = admitted = blocks = 0
+    """What `validate_plan` checks, in one pass over the chunks (it runs every iteration)
+    and one over the KV blocks they add."""
+    tokens_total = admitted = 0
     bad_chunk: InvalidPlanError | None = None
     seen: set[str] = set()
     for request, tokens in plan.chunks:
@@ -218,10 +218,21 @@ def _plan_totals(plan: Plan, view: SchedulerView) -> _PlanTotals:
                 seen.add(request.request_id)  # the common chunk, checked inline
             else:
                 bad_chunk = _chunk_error(request, tokens, seen)
+    blocks = _added_blocks(view.kv, view.limits.block_size, plan.chunks)
+    return _PlanTotals(tokens_total, admitted, blocks, bad_chunk)
+
+
+def _added_blocks(kv: KVView, block_size: int, chunks: Sequence[ScheduledChunk]) -> int:
+    """KV blocks the chunks add to what their requests hold, in blocks of `block_size`."""
+    if isinstance(kv, KVBlockManager) and kv.block_size == block_size:
+        return kv.extra_blocks_each(chunks)
+    held = kv.held
+    blocks = 0
+    for request, tokens in chunks:
         needed = -(-(request.num_computed + tokens) // block_size) - held(request)
         if needed > 0:
             blocks += needed
-    return _PlanTotals(tokens_total, admitted, blocks, bad_chunk)
+    return blocks
 
 
 def _chunk_error(request: Request, tokens: int, seen: set[str]) -> InvalidPlanError | None:

@@ -3,11 +3,15 @@ time limit."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from slidingserve.predictor.features import PrefillQueueProfile
     from slidingserve.predictor.model import LatencyModel
+
+
+SMALL_BRACKET = 4  # tokens: a bracket this narrow is bisected (a guess saves nothing)
 
 
 class Budget(NamedTuple):
@@ -45,8 +49,9 @@ def time_to_budget(
 
     `time_limit` in seconds, `max_tokens` the total-token cap B_max (decodes included).
     b = 0 (decodes only) is checked first; over b ≥ 1 (one scenario) the prediction is
-    non-decreasing, so a binary search finds the boundary with at most
-    1 + ceil(log2(b_max + 1)) predictions. The decodes are always in the batch, even when
+    non-decreasing, so the b ≥ 1 that fit are a prefix and their last one is found by
+    bracketing it (`_next_probe`): the same b as a plain binary search, with a handful of
+    predictions instead of log2(b_max). The decodes are always in the batch, even when
     |D| alone exceeds `max_tokens` (then b = 0). `base_time`: the prediction at b = 0, when
     the caller has it.
     """
@@ -58,12 +63,41 @@ def time_to_budget(
     # Invariant: lo fits (b = 0 by the check above), hi does not (b_max + 1 by convention).
     lo, lo_time = 0, base_time
     hi = max(0, min(profile.capacity, max_tokens - num_decodes)) + 1
+    probes: list[tuple[int, float]] = []  # (b, predicted time) of each probe, b ≥ 1
+    halved = True  # whether the last probe left at most half of the bracket before it
     while hi - lo > 1:
-        mid = (lo + hi) // 2
+        width = hi - lo
+        mid = _next_probe(lo, hi, probes, time_limit, halved)
         scenario, x = profile.features_at(mid)
         mid_time = model.predict_features(scenario, x)
+        probes.append((mid, mid_time))
         if mid_time <= time_limit:
             lo, lo_time = mid, mid_time
         else:
             hi = mid
+        halved = 2 * (hi - lo) <= width
     return Budget(num_decodes + lo, lo, lo_time, True)
+
+
+def _next_probe(
+    lo: int, hi: int, probes: list[tuple[int, float]], time_limit: float, halved: bool
+) -> int:
+    """The next b to predict, lo < b < hi: the middle of a small bracket; else first b_max
+    (the whole queue often fits), then where the line through the last two probes crosses
+    `time_limit` (the prediction is nearly linear in b); the middle when there is no such
+    line or the last probe did not halve the bracket (`halved` False), so the search takes
+    at most about twice the predictions of a binary search."""
+    middle = (lo + hi) // 2
+    if hi - lo <= SMALL_BRACKET:
+        return middle
+    if not probes:
+        return hi - 1
+    if len(probes) < 2 or not halved:
+        return middle
+    (b1, t1), (b2, t2) = probes[-2], probes[-1]
+    if t2 == t1:
+        return middle
+    crossing = b2 + (time_limit - t2) * (b2 - b1) / (t2 - t1)
+    if not math.isfinite(crossing):
+        return middle
+    return min(max(int(crossing), lo + 1), hi - 1)

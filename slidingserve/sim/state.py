@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
+from itertools import repeat
 from typing import TYPE_CHECKING
 
-from slidingserve.core.kv_blocks import next_token_blocks
-from slidingserve.core.request import DECODING, WAITING, Phase
+from slidingserve.core.request import DECODING, FINISHED, PREFILLING, WAITING, Phase
 from slidingserve.core.view import SchedulerView
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class EngineState:
         return preempted
 
     def _blocks_for_next_decode(self) -> int:
-        return next_token_blocks(self.kv, (r for r in self.running if r.phase is DECODING))
+        return self.kv.next_token_blocks([r for r in self.running if r.phase is DECODING])
 
     def preempt(self, request: Request) -> None:
         """Drop `request`'s KV cache; it waits at the head of the queue to recompute."""
@@ -115,27 +115,31 @@ class EngineState:
         """Apply `plan`, which ran until time `end`: cache tokens, emit tokens, finish."""
         self._decode_blocks = None
         admitted = finished = False
-        grow = self.kv.grow
-        for request, tokens in plan.chunks:
-            grow(request, tokens)
+        chunks = plan.chunks
+        self.kv.grow_each(chunks)  # each request is in a plan once: its growth is its own
+        for request, tokens in chunks:
             request.num_computed += tokens
             phase = request.phase
-            if phase is DECODING:
-                finished |= self._emit(request, end)
-                continue
-            if phase is WAITING:
-                if self.tracer is not None:
-                    self.tracer.started(request, self.now)
-                request.phase = Phase.PREFILLING
-                self.running.append(request)
-                admitted = True
-            if request.num_computed == request.prefill_target:
-                request.phase = Phase.DECODING
-                finished |= self._emit(request, end)
+            if phase is not DECODING:
+                if phase is WAITING:
+                    if self.tracer is not None:
+                        self.tracer.started(request, self.now)
+                    request.phase = PREFILLING
+                    self.running.append(request)
+                    admitted = True
+                if request.num_computed != request.prompt_len + request.num_generated:
+                    continue  # prefill_target not reached: no token yet
+                request.phase = DECODING
+            # emit a token at `end`
+            request.token_times.append(end)
+            request.num_generated += 1
+            if request.num_generated >= request.output_len:
+                self._finish(request)
+                finished = True
         if admitted:
-            self.waiting = [r for r in self.waiting if r.phase is Phase.WAITING]
+            self.waiting = [r for r in self.waiting if r.phase is WAITING]
         if finished:
-            self.running = [r for r in self.running if r.phase is not Phase.FINISHED]
+            self.running = [r for r in self.running if r.phase is not FINISHED]
         self.now = end
 
     def execute_decode_run(self, ends: list[float]) -> None:
@@ -143,8 +147,8 @@ class EngineState:
         self._decode_blocks = None
         steps = len(ends)
         finished = False
+        self.kv.grow_each(zip(self.running, repeat(steps)))
         for request in self.running:
-            self.kv.grow(request, steps)
             request.num_computed += steps
             request.token_times.extend(ends)
             request.num_generated += steps
@@ -152,7 +156,7 @@ class EngineState:
                 finished = True
                 self._finish(request)
         if finished:
-            self.running = [r for r in self.running if r.phase is not Phase.FINISHED]
+            self.running = [r for r in self.running if r.phase is not FINISHED]
         self.now = ends[-1]
 
     def refuse(self, requests: list[Request]) -> None:
@@ -165,15 +169,6 @@ class EngineState:
             self._num_finished += 1
         ids = {id(r) for r in requests}
         self.waiting = [r for r in self.waiting if id(r) not in ids]
-
-    def _emit(self, request: Request, time: float) -> bool:
-        """Emit one token of `request` at `time`; True if that finished it."""
-        request.token_times.append(time)
-        request.num_generated += 1
-        if request.num_generated < request.output_len:
-            return False
-        self._finish(request)
-        return True
 
     def _finish(self, request: Request) -> None:
         request.phase = Phase.FINISHED
