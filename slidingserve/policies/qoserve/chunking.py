@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, NamedTuple
 
+from slidingserve.core.request import next_deadlines
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
@@ -47,15 +49,15 @@ def select_decodes(
 ) -> DecodeSelection:
     """Decodes by increasing slack, each adding one token while the batch holds fewer than
     `limit` tokens: the first `limit` of them. Slack is read from `decode_deadline`."""
-    keyed = sorted(((decode_deadline(r, reanchor_late), r) for r in decoding), key=_first)
-    chosen = keyed[:limit]
-    min_slack = chosen[0][0] - now if chosen else math.inf
-    requests = [r for _, r in chosen]
-    return DecodeSelection(requests, min_slack, sum(r.num_computed for r in requests))
-
-
-def _first(pair: tuple[float, Request]) -> float:
-    return pair[0]
+    decodes = list(decoding)
+    if reanchor_late:
+        deadlines = [decode_deadline(r, reanchor_late) for r in decodes]
+    else:
+        deadlines = next_deadlines(decodes)
+    chosen = sorted(range(len(decodes)), key=deadlines.__getitem__)[:limit]  # stable
+    min_slack = deadlines[chosen[0]] - now if chosen else math.inf
+    requests = [decodes[i] for i in chosen]
+    return DecodeSelection(requests, min_slack, sum([r.num_computed for r in requests]))
 
 
 def is_low_memory(free_blocks: int, block_size: int, divisor: int, threshold: int) -> bool:

@@ -64,8 +64,8 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING
 
-from slidingserve.core.batch import BatchShape
 from slidingserve.core.plan import PlanBuilder
+from slidingserve.core.request import next_deadlines
 from slidingserve.policies.base import Policy
 from slidingserve.policies.common import PrefillRateEma, Relegation
 from slidingserve.policies.qoserve.chunking import (
@@ -138,7 +138,7 @@ class QoServePolicy(Policy):
         self._fill(builder, heap, view.now)
         plan = builder.build(f"qoserve:{choice.reason}")
         if plan.chunks:
-            plan.predicted_time = self.predictor.predict_shape(BatchShape.from_plan(plan))
+            plan.predicted_time = self.predictor.predict_shape(builder.shape())
         return plan
 
     def on_iteration_end(self, record: IterationRecord) -> None:
@@ -162,9 +162,13 @@ class QoServePolicy(Policy):
         """Waiting and prefilling requests as QoServe's heap (ties by queue order)."""
         weight = self.config.priority_weight
         ids = self.relegation.ids
+        candidates = view.prefill_candidates()
+        # priority_key, with each deadline read once
         heap = [
-            (priority_key(r, ids, weight), index, r)
-            for index, r in enumerate(view.prefill_candidates())
+            ((r.request_id in ids, deadline + weight * r.remaining_prefill, r.arrival), index, r)
+            for index, (r, deadline) in enumerate(
+                zip(candidates, next_deadlines(candidates), strict=True)
+            )
         ]
         heapq.heapify(heap)
         return heap
