@@ -5,7 +5,8 @@ import math
 import pytest
 from factories import make_decoding, make_request
 
-from slidingserve.core import SLO, Phase
+from slidingserve.core import SLO, Phase, Request
+from slidingserve.core.request import next_deadlines
 
 
 class TestDeadlines:
@@ -74,3 +75,16 @@ class TestValidation:
         assert slo.ttft == pytest.approx(3.0)
         assert slo.tbt == pytest.approx(0.075)
         assert slo.protected
+
+
+def test_written_out_deadlines_equal_the_formula() -> None:
+    """`next_deadline` and `next_deadlines` give the float `SLO.deadline` gives."""
+    requests = []
+    for i in range(50):
+        slo = SLO(0.1 + i * 0.037, 0.013 + i * 0.0011)
+        request = Request(f"r{i}", 1.0 / (i + 3) + i * 0.61, 10, 100, slo)
+        request.num_generated = (i * 7) % 40
+        requests.append(request)
+    formula = [r.slo.deadline(r.arrival, r.num_generated) for r in requests]
+    assert [r.next_deadline for r in requests] == formula
+    assert next_deadlines(requests) == formula
