@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, runtime_c
 if TYPE_CHECKING:
     from slidingserve.core.batch import BatchShape, TimedBatch
     from slidingserve.core.plan import Plan
+    from slidingserve.core.request import Request
     from slidingserve.core.view import EngineLimits, SchedulerView
     from slidingserve.predictor import LatencyModel, Sample
 
@@ -108,6 +109,16 @@ class Policy(ABC):
         """Simulator only: called instead of `on_iteration_end` for a fast-forwarded run of
         decode-only iterations, each with `num_decodes` decodes; `durations` in seconds.
         Default: no-op."""
+
+    def preemption_victim(self, running: Sequence[Request], now: float) -> Request:
+        """Simulator only: the request a preemption takes when the KV cache runs short;
+        `running` in admission order, `now` the iteration's start. Default: the newest,
+        as vLLM's FCFS scheduler and Sarathi-Serve take it.
+
+        vLLM takes the tail of its running list, which the adapter orders as the plan
+        (`imposer.py`): a policy that overrides this orders its plans to match.
+        """
+        return running[-1]
 
 
 @runtime_checkable

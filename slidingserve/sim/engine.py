@@ -144,7 +144,7 @@ class Simulator:
             if state.idle:
                 state.now = state.next_arrival
                 continue
-            preempted = state.make_room_for_decodes()
+            preempted = state.make_room_for_decodes(self.policy.preemption_victim)
             counters.preemptions += preempted
             self._check_thrashing(counters, len(requests))
             if self._can_fast_forward(state):
@@ -210,7 +210,7 @@ class Simulator:
         self.policy.on_iteration_end(IterationRecord(start, duration, plan, shape))
 
     def _plan(self, state: EngineState, counters: _Counters, admit: bool) -> Plan:
-        """Ask the policy; if it runs nothing, preempt the newest request and ask again
+        """Ask the policy; if it runs nothing, preempt the policy's victim and ask again
         (admitting nothing new in an iteration that preempted, as vLLM)."""
         while True:
             view = state.view(self.limits, admit)
@@ -233,7 +233,7 @@ class Simulator:
                     f"policy {self.policy.name!r} scheduled nothing with "
                     f"{len(state.waiting)} requests waiting and {view.kv.num_free} free KV blocks"
                 )
-            state.preempt(state.running[-1])
+            state.preempt(self.policy.preemption_victim(state.running, state.now))
             counters.preemptions += 1
             admit = False
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,14 @@ if TYPE_CHECKING:
     from slidingserve.core.request import Request
     from slidingserve.core.view import EngineLimits
     from slidingserve.sim.tracing import RequestTracer
+
+VictimChoice = Callable[[Sequence["Request"], float], "Request"]
+"""Which running request a preemption takes: (running in admission order, now) -> it."""
+
+
+def newest(running: Sequence[Request], now: float) -> Request:
+    """The newest running request: vLLM's FCFS victim."""
+    return running[-1]
 
 
 class EngineState:
@@ -82,15 +91,16 @@ class EngineState:
             self.now, self.waiting, self.running, limits, self.kv, admit, self._decode_blocks
         )
 
-    def make_room_for_decodes(self) -> int:
-        """Preempt the newest running requests until every decode can cache one more token.
+    def make_room_for_decodes(self, choose_victim: VictimChoice = newest) -> int:
+        """Preempt running requests until every decode can cache one more token, each
+        chosen by `choose_victim(running, now)` (the policy's; newest by default).
 
-        Returns the number of preemptions (vLLM's recompute preemption, newest first).
+        Returns the number of preemptions (vLLM's recompute preemption).
         """
         preempted = 0
         needed = self._blocks_for_next_decode()
         while needed > self.kv.num_free:
-            self.preempt(self.running[-1])
+            self.preempt(choose_victim(self.running, self.now))
             preempted += 1
             needed = self._blocks_for_next_decode()
         self._decode_blocks = needed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -92,6 +93,20 @@ class TestHandWorked:
         run = simulate([old, new], kv_blocks=3)
         assert run.num_preemptions == 1  # and no thrashing after it
         assert new.num_preemptions >= 1 and old.num_preemptions == 0
+        assert len(old.token_times) == 20 and len(new.token_times) == 20
+
+    def test_the_policy_chooses_the_victim(self) -> None:
+        sarathi = make_policy("sarathi", PolicyContext(EngineLimits()))
+
+        class OldestVictim(type(sarathi)):  # type: ignore[misc]
+            def preemption_victim(self, running: Sequence[Request], now: float) -> Request:
+                return running[0]
+
+        old = make_request("old", prompt=16, output=20)
+        new = make_request("new", arrival=0.001, prompt=16, output=20)
+        run = simulate([old, new], OldestVictim(sarathi.config, sarathi.context), kv_blocks=3)
+        assert run.num_preemptions == 1
+        assert old.num_preemptions == 1 and new.num_preemptions == 0
         assert len(old.token_times) == 20 and len(new.token_times) == 20
 
     def test_request_too_big_for_the_cache_is_rejected_up_front(self) -> None:

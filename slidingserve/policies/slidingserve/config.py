@@ -35,6 +35,7 @@ class SlidingServeConfig:
     throughput_decay: float = DEFAULT_DECAY  # EMA weight of the old ρ_t, in [0, 1)
     max_batch_tokens: int | None = None  # B_max; None: the engine's max_num_batched_tokens
     admission: bool = False  # refuse at once a request that would miss its TTFT if run next
+    preempt_lost_first: bool = False  # a preemption takes a lost request first (victims.py)
     record_decisions: bool = True  # keep a DecisionRecord per iteration
 
     def __post_init__(self) -> None:
@@ -46,7 +47,7 @@ class SlidingServeConfig:
             raise ValueError(f"throughput_decay must be in [0, 1), got {decay!r}")
         if self.max_batch_tokens is not None:
             require_int("max_batch_tokens", self.max_batch_tokens)
-        for name in ("admission", "record_decisions"):
+        for name in ("admission", "preempt_lost_first", "record_decisions"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         self._check_spanning_settings()

@@ -32,7 +32,14 @@ CHUNKERS: tuple[str, ...] = ("paper", "window", "fixed")
 OVERLOADS: tuple[str, ...] = ("none", "drop-largest", "relegate")
 
 KNAPSACK = ("max_anchors", "max_knapsack_items", "knapsack_quantum", "verify_rounds")
-SHARED = ("features", "throughput_decay", "max_batch_tokens", "admission", "record_decisions")
+SHARED = (
+    "features",
+    "throughput_decay",
+    "max_batch_tokens",
+    "admission",
+    "preempt_lost_first",
+    "record_decisions",
+)
 
 
 class Applies(NamedTuple):
@@ -117,6 +124,7 @@ def flatten(config: SlidingServeConfig) -> dict[str, Any]:
         "throughput_decay": config.throughput_decay,
         "max_batch_tokens": config.max_batch_tokens,
         "admission": config.admission,
+        "preempt_lost_first": config.preempt_lost_first,
         "record_decisions": config.record_decisions,
         "overload": "none",
         "batch_constructor": config.constructor is not None,

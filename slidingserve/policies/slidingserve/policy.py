@@ -36,6 +36,7 @@ from slidingserve.policies.slidingserve.release import (
 )
 from slidingserve.policies.slidingserve.stats import DecisionRecord, Stopwatch, TimedModel
 from slidingserve.policies.slidingserve.triage import QueueTriage, RateSource
+from slidingserve.policies.slidingserve.victims import lost_first_victim, put_lost_last
 from slidingserve.predictor import PrefillQueueProfile
 
 MAX_DECISIONS = 1_000_000
@@ -106,6 +107,8 @@ class SlidingServePolicy(Policy):
         if refused:
             view = view.without(refused)
         plan = self._decide(view, watch)
+        if self.config.preempt_lost_first:
+            put_lost_last(plan, view.now)
         plan.refused = refused
         if plan.predicted_time is None and plan:  # the parts predict what they build
             plan.predicted_time = self.model.predict_shape(BatchShape.from_plan(plan))
@@ -115,6 +118,11 @@ class SlidingServePolicy(Policy):
             )
             self.decisions.append(record)
         return plan
+
+    def preemption_victim(self, running: Sequence[Request], now: float) -> Request:
+        if self.config.preempt_lost_first:
+            return lost_first_victim(running, now)
+        return super().preemption_victim(running, now)
 
     def _decide(self, view: SchedulerView, watch: Stopwatch) -> Plan:
         """Order (and triage) the queue; the BatchConstructor's plan if a prefill is at risk
