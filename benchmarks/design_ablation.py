@@ -36,6 +36,7 @@ WITHOUT: Mapping[str, Mapping[str, Any]] = {
     "no-tiles": {"token_quantum": PAPER_OPTIONS["token_quantum"]},
     "no-margin": {"time_margin": PAPER_OPTIONS["time_margin"]},
     "no-cap": {"iteration_cap": PAPER_OPTIONS["iteration_cap"]},
+    "newest-victim": {"preempt_lost_first": PAPER_OPTIONS["preempt_lost_first"]},
     "paper-features": {"features": PAPER_OPTIONS["features"]},
     "paper-chunker": {"chunker": PAPER_OPTIONS["chunker"]},
     "window-2": {"window": 2},

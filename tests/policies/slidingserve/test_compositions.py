@@ -57,6 +57,7 @@ def test_the_paper_and_the_design_differ_where_the_readme_says() -> None:
     budget = DESIGN.budget
     assert (budget.time_margin, budget.iteration_cap, budget.token_quantum) == (1.1, 2.0, 128)
     assert (PAPER.features, DESIGN.features) == ("paper", "rich")
+    assert not PAPER.preempt_lost_first and DESIGN.preempt_lost_first
 
 
 def test_a_composition_has_no_default_parts() -> None:
@@ -66,7 +67,7 @@ def test_a_composition_has_no_default_parts() -> None:
 
 def test_every_option_is_flat_and_known() -> None:
     assert set(flatten(PAPER)) | set(flatten(DESIGN)) <= set(OPTIONS)
-    assert len(OPTIONS) == 23
+    assert len(OPTIONS) == 24
 
 
 class TestChangingAPart:
