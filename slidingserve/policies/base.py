@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, runtime_c
 if TYPE_CHECKING:
     from slidingserve.core.batch import BatchShape, TimedBatch
     from slidingserve.core.plan import Plan
+    from slidingserve.core.queue_fit import AdmissionQueue
     from slidingserve.core.request import Request
     from slidingserve.core.view import EngineLimits, SchedulerView
     from slidingserve.predictor import LatencyModel, Sample
@@ -143,6 +144,12 @@ class ControlsAdmission(Protocol):
     def admission_rate(self) -> float | None:
         """The prefill rate (tokens per second, positive) the admission test assumes now;
         None while the policy refuses nothing. Called from the scheduling thread."""
+        ...
+
+    def admission_queue(self) -> AdmissionQueue | None:
+        """The queue a queue-aware admission test saw at the latest step (`core/queue_fit.py`),
+        for an engine to test new requests against before they enter its queues; None
+        without that test. Called from the scheduling thread."""
         ...
 
 

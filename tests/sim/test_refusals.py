@@ -4,12 +4,13 @@ counts as a TTFT violation, and the rest of the run goes on."""
 from __future__ import annotations
 
 import pytest
-from factories import LinearTimer, TokenLinearModel, make_request
+from factories import LinearTimer, TokenLinearModel, make_request, make_view
 
 from slidingserve.core import EngineLimits, Plan, SchedulerView
 from slidingserve.core.request import Phase, Request
 from slidingserve.metrics.timeline import Outcome, Timeline
 from slidingserve.policies import Policy, PolicyContext, make_policy
+from slidingserve.policies.base import ControlsAdmission
 from slidingserve.policies.sarathi import SarathiConfig, SarathiPolicy
 from slidingserve.sim.engine import Simulator, SimulatorOptions
 from slidingserve.sim.runner import run_figures
@@ -67,3 +68,48 @@ def test_slidingserve_admission_refuses_only_hopeless_requests() -> None:
     run([hopeless, fine], policy)
     assert hopeless.refused
     assert not fine.refused and len(fine.token_times) == 2
+
+
+class TestQueueAdmission:
+    """`admission_test=queue`: a request that does not fit behind the queue is refused at
+    its first step, and a request admitted is never refused later."""
+
+    def policy(self) -> Policy:
+        # ρ ≈ 9,500 tokens/s (as above) ÷ the design's margin of 1.1: about 8,640 in a second.
+        model = TokenLinearModel(0.01, 1e-4)
+        options = {"admission": True, "admission_test": "queue"}
+        return make_policy("slidingserve", PolicyContext(EngineLimits(), model), options)
+
+    def test_what_does_not_fit_behind_the_queue_is_refused_and_the_rest_is_on_time(self) -> None:
+        burst = [
+            make_request(f"r{i}", arrival=0.001 * i, prompt=2000, output=2, ttft=1.0)
+            for i in range(10)
+        ]
+        run(burst, self.policy())
+        admitted = [r for r in burst if not r.refused]
+        assert [r.request_id for r in admitted] == ["r0", "r1", "r2", "r3"]
+        assert all(r.token_times[0] <= r.ttft_deadline for r in admitted)
+
+    def test_a_request_admitted_is_never_refused_later(self) -> None:
+        # Admitted at its first step; at the next it waits still and could no longer make
+        # its deadline (the test of `admission=true` alone would refuse it now): kept.
+        policy = self.policy()
+        request = make_request("r", prompt=4000, output=2, ttft=1.0)
+        first, _ = make_view(now=0.0, waiting=[request])
+        assert not policy.schedule(first).refused
+        later, _ = make_view(now=0.9, waiting=[request])
+        assert not policy.schedule(later).refused
+        fresh = make_request("fresh", arrival=0.92, prompt=4000, output=2, ttft=0.1)
+        alongside, _ = make_view(now=0.95, waiting=[request, fresh])
+        assert [r.request_id for r in policy.schedule(alongside).refused] == ["fresh"]
+
+    def test_the_queue_is_published_for_the_api_server(self) -> None:
+        policy = self.policy()
+        assert isinstance(policy, ControlsAdmission)
+        queued = make_request("q", prompt=3000, output=2, ttft=2.0)
+        view, _ = make_view(now=0.5, waiting=[queued])
+        policy.schedule(view)
+        published = policy.admission_queue()
+        assert published is not None and published.now == 0.5
+        assert published.relative() == [(1.5, 3000)]
+        assert 8000 < published.rate < 9000

@@ -20,6 +20,7 @@ from slidingserve.policies.slidingserve.ordering import MlpsOrder, Ordering
 from slidingserve.policies.slidingserve.triage import TriageConfig
 from slidingserve.predictor import FEATURE_SETS
 
+ADMISSION_TESTS: tuple[str, ...] = ("alone", "queue")
 DEFAULT_DECAY = 0.9  # EMA weight of the old prefill rate ρ_t at each observed iteration
 
 
@@ -35,6 +36,9 @@ class SlidingServeConfig:
     throughput_decay: float = DEFAULT_DECAY  # EMA weight of the old ρ_t, in [0, 1)
     max_batch_tokens: int | None = None  # B_max; None: the engine's max_num_batched_tokens
     admission: bool = False  # refuse at once a request that would miss its TTFT if run next
+    # With admission: "alone" refuses only that; "queue" also refuses a request just arrived
+    # that does not fit behind the queue the policy means to serve (core/queue_fit.py)
+    admission_test: str = "alone"
     preempt_lost_first: bool = False  # a preemption takes a lost request first (victims.py)
     record_decisions: bool = True  # keep a DecisionRecord per iteration
 
@@ -50,6 +54,9 @@ class SlidingServeConfig:
         for name in ("admission", "preempt_lost_first", "record_decisions"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.admission_test not in ADMISSION_TESTS:
+            known = ", ".join(ADMISSION_TESTS)
+            raise ValueError(f"unknown admission_test {self.admission_test!r}; known: {known}")
         self._check_spanning_settings()
 
     def _check_spanning_settings(self) -> None:
@@ -57,6 +64,8 @@ class SlidingServeConfig:
             raise ValueError(
                 f"time_margin, iteration_cap and release_decodes do nothing here: {WINDOWS_UNUSED}"
             )
+        if self.admission_test != "alone" and not self.admission:
+            raise ValueError(f"admission_test does nothing here: {NO_ADMISSION}")
         if self.throughput_decay != DEFAULT_DECAY and not reads_rate_ema(
             self.ordering, self.triage
         ):
@@ -74,6 +83,7 @@ def reads_rate_ema(ordering: Ordering, triage: TriageConfig | None) -> bool:
     return isinstance(ordering, MlpsOrder) or (triage is not None and triage.rate == "ema")
 
 
+NO_ADMISSION = "admission control is off (admission=false)"
 WINDOWS_UNUSED = (
     "the fixed budget ignores the decode deadlines and there is no BatchConstructor "
     "(batch_constructor=false) to read the decode windows"

@@ -22,7 +22,12 @@ from slidingserve.policies.slidingserve.budget import (
     SplitRule,
     WindowSplit,
 )
-from slidingserve.policies.slidingserve.config import EMA_UNUSED, WINDOWS_UNUSED, SlidingServeConfig
+from slidingserve.policies.slidingserve.config import (
+    EMA_UNUSED,
+    NO_ADMISSION,
+    WINDOWS_UNUSED,
+    SlidingServeConfig,
+)
 from slidingserve.policies.slidingserve.constructor import ConstructorConfig
 from slidingserve.policies.slidingserve.ordering import EdfOrder, MlpsOrder, Ordering
 from slidingserve.policies.slidingserve.triage import TriageConfig
@@ -88,6 +93,7 @@ APPLIES: Mapping[str, Applies] = {
     "leftover_fill": Applies(_constructor, _NO_CONSTRUCTOR),
     **{name: Applies(_constructor, _NO_CONSTRUCTOR) for name in KNAPSACK},
     "throughput_decay": Applies(_ema, EMA_UNUSED),
+    "admission_test": Applies(lambda o: bool(o["admission"]), NO_ADMISSION),
 }
 """The options that apply only in some compositions; every other option always applies."""
 
@@ -124,6 +130,7 @@ def flatten(config: SlidingServeConfig) -> dict[str, Any]:
         "throughput_decay": config.throughput_decay,
         "max_batch_tokens": config.max_batch_tokens,
         "admission": config.admission,
+        "admission_test": config.admission_test,
         "preempt_lost_first": config.preempt_lost_first,
         "record_decisions": config.record_decisions,
         "overload": "none",
@@ -166,7 +173,7 @@ def from_flat(options: Mapping[str, Any]) -> SlidingServeConfig:
         ),
         triage=triage,
         constructor=constructor,
-        **pick(*SHARED),
+        **pick(*SHARED, "admission_test"),
     )
 
 

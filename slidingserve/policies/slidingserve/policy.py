@@ -4,12 +4,16 @@ for risk, then construct or chunk; the named compositions it runs are in
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping, Sequence
+from itertools import compress
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from slidingserve.core.batch import BatchShape
 from slidingserve.core.plan import Plan, PlanBuilder
+from slidingserve.core.queue_fit import AdmissionQueue, QueuedPrefill, admit_in_turn
 from slidingserve.core.request import Phase
 from slidingserve.policies.base import Policy, PolicyContext
 from slidingserve.policies.common import (
@@ -35,7 +39,7 @@ from slidingserve.policies.slidingserve.release import (
     bounding_decodes,
 )
 from slidingserve.policies.slidingserve.stats import DecisionRecord, Stopwatch, TimedModel
-from slidingserve.policies.slidingserve.triage import QueueTriage, RateSource
+from slidingserve.policies.slidingserve.triage import QueueTriage, RateSource, Triage
 from slidingserve.policies.slidingserve.victims import lost_first_victim, put_lost_last
 from slidingserve.predictor import PrefillQueueProfile
 
@@ -87,6 +91,8 @@ class SlidingServePolicy(Policy):
         self.triage = QueueTriage(config.triage) if config.triage else None
         # Arrivals of prompt tokens, for the decode release's forecast
         self.demand = PromptDemand()
+        self._last_step = -math.inf  # `now` of the latest step: later arrivals are new
+        self._admission_queue: AdmissionQueue | None = None  # what `_unfit` saw last
         self._reads_costs = bool(config.budget.iteration_cap or config.budget.release_decodes)
         self.constructor: BatchConstructor | None = None
         if config.constructor is not None:
@@ -106,6 +112,12 @@ class SlidingServePolicy(Policy):
         refused = self._hopeless(view) if self.config.admission else []
         if refused:
             view = view.without(refused)
+        if self.config.admission_test == "queue":
+            unfit = self._unfit(view)
+            if unfit:
+                refused += unfit
+                view = view.without(unfit)
+        self._last_step = view.now
         plan = self._decide(view, watch)
         if self.config.preempt_lost_first:
             put_lost_last(plan, view.now)
@@ -191,16 +203,64 @@ class SlidingServePolicy(Policy):
         """Admission control: waiting requests that have emitted nothing and would miss their
         first-token deadline even if their whole prompt ran next, alone, in full batches
         (the predictor's best prefill rate, decodes ignored: an optimistic test, so a
-        request is refused only when nothing could save it). Protected ones are kept."""
+        request is refused only when nothing could save it). Protected ones are kept. With
+        `admission_test=queue` only the requests arrived since the last step are tested:
+        a request admitted is never refused later."""
         rate = self._initial_throughput()
+        first_sight = self.config.admission_test == "queue"
         return [
             r
             for r in view.waiting
-            if not r.protected and not r.num_generated and cannot_finish_prefill(r, view.now, rate)
+            if not r.protected
+            and not r.num_generated
+            and (r.arrival > self._last_step or not first_sight)
+            and cannot_finish_prefill(r, view.now, rate)
         ]
+
+    def admission_queue(self) -> AdmissionQueue | None:
+        """The queue the queue-aware admission test sees (`ControlsAdmission`), as of the
+        latest step; None unless `admission_test=queue`."""
+        if self.config.admission_test != "queue":
+            return None
+        return self._admission_queue
+
+    def _unfit(self, view: SchedulerView) -> list[Request]:
+        """The queue-aware admission test: the requests arrived since the last step (not
+        protected, nothing computed) that do not fit, in deadline order, behind the live
+        requests the ordering and triage keep among the others, at the triage's rate (the
+        observed one without a triage) ÷ the budget's `time_margin`, the margin the budget
+        keeps on the decode slack (`core/queue_fit.py`)."""
+        fresh = [
+            r
+            for r in view.waiting
+            if r.arrival > self._last_step and not r.protected and not r.num_computed
+        ]
+        established = view.without(fresh) if fresh else view
+        kept = self._triaged_queue(established).keep
+        now = view.now
+        queue = [
+            QueuedPrefill(d, r.remaining_prefill) for r in kept if (d := r.next_deadline) > now
+        ]
+        rate = self._admission_queue_rate(established) / self.config.budget.time_margin
+        new = [QueuedPrefill(r.next_deadline, r.remaining_prefill) for r in fresh]
+        answers = admit_in_turn(queue, new, now, rate)
+        admitted = sorted([*queue, *compress(new, answers)], key=attrgetter("deadline"))
+        self._admission_queue = AdmissionQueue(now, rate, tuple(admitted))
+        return [r for r, fits in zip(fresh, answers, strict=True) if not fits]
+
+    def _admission_queue_rate(self, view: SchedulerView) -> float:
+        if self.triage is None:
+            return self.rate.value
+        return self._triage_rate(view, self.triage.config.rate)
 
     def _sorted_queue(self, view: SchedulerView) -> list[Request]:
         """The prefill queue in the ordering's order, requests the triage gives up last."""
+        triage = self._triaged_queue(view)
+        return triage.keep + triage.give_up
+
+    def _triaged_queue(self, view: SchedulerView) -> Triage:
+        """The prefill queue in the ordering's order, split by the triage (everything kept
+        without one)."""
         candidates = view.prefill_candidates()
         ordering = self.config.ordering
         deadlines = None
@@ -209,10 +269,9 @@ class SlidingServePolicy(Policy):
         else:
             queue = sort_queue(ordering, candidates, view.now, self.rate.value)
         if self.triage is None:
-            return queue
+            return Triage(queue, [])
         rate = self._triage_rate(view, self.triage.config.rate)
-        triage = self.triage.split(queue, view.now, rate, deadlines)
-        return triage.keep + triage.give_up
+        return self.triage.split(queue, view.now, rate, deadlines)
 
     def _triage_rate(self, view: SchedulerView, source: RateSource) -> float:
         """Prefill tokens per second the triage assumes: the observed EMA ρ_t, or what the

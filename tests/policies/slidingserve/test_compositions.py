@@ -67,7 +67,7 @@ def test_a_composition_has_no_default_parts() -> None:
 
 def test_every_option_is_flat_and_known() -> None:
     assert set(flatten(PAPER)) | set(flatten(DESIGN)) <= set(OPTIONS)
-    assert len(OPTIONS) == 24
+    assert len(OPTIONS) == 25
 
 
 class TestChangingAPart:
@@ -112,6 +112,7 @@ REFUSED = [
     ("slidingserve", {"verify_rounds": 1}, "verify_rounds does nothing"),
     ("slidingserve-sc-mlps", {"leftover_fill": True}, "leftover_fill does nothing"),
     ("slidingserve-sc", {"throughput_decay": 0.5}, "throughput_decay does nothing.*EMA"),
+    ("slidingserve", {"admission_test": "queue"}, "admission_test does nothing.*admission=false"),
     (
         "slidingserve",
         {"triage_rate": "predicted", "throughput_decay": 0.5},
@@ -136,6 +137,7 @@ ACCEPTED = [
     ("slidingserve-sc", {"overload": "relegate", "triage_rate": "predicted"}),
     ("slidingserve-sc", {"sorter": "mlps", "throughput_decay": 0.5}),
     ("slidingserve", {"batch_constructor": True, "verify_rounds": 1}),
+    ("slidingserve", {"admission": True, "admission_test": "queue"}),
 ]
 
 
@@ -169,3 +171,8 @@ def test_a_composition_built_directly_is_checked_across_parts() -> None:
             features="paper",
             throughput_decay=0.5,
         )
+
+
+def test_an_unknown_admission_test_is_refused_with_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="unknown admission_test 'hope'; known: alone, queue"):
+        build("slidingserve", admission=True, admission_test="hope")
