@@ -13,6 +13,7 @@ from slidingserve.engines.vllm.load_record import (
     MAX_AGE,
     LoadPublisher,
     LoadRecord,
+    QueueView,
     read_record,
     read_records,
     record_path,
@@ -62,12 +63,29 @@ class TestFile:
             json.dumps({"written": "x", "prefill_rate": 5e3, "queued_prefill_s": 0}),
             '{"written": 1000.0, "prefill_rate": NaN, "queued_prefill_s": 0}',
             '{"written": 1000.0, "prefill_rate": Infinity, "queued_prefill_s": 0}',
+            *(
+                json.dumps({"written": 1e3, "prefill_rate": 5e3, "queued_prefill_s": 0, "queue": q})
+                for q in (
+                    [],
+                    {"seen": 1e3, "rate": 5e3},
+                    {"seen": 1e3, "rate": 0, "entries": []},
+                    {"seen": 1e3, "rate": 5e3, "entries": [[0.5]]},
+                    {"seen": 1e3, "rate": 5e3, "entries": [[0.5, -3]]},
+                )
+            ),
         ],
     )
     def test_a_malformed_record_is_none(self, tmp_path: Path, text: str) -> None:
         path = tmp_path / "engine-0.json"
         path.write_text(text)
         assert read_record(path, now=1000.0) is None
+
+    def test_a_record_with_its_queue_reads_back(self, tmp_path: Path) -> None:
+        path = record_path(tmp_path, 0)
+        queue = QueueView(999.5, 4000.0, ((0.25, 300), (1.5, 1200)))
+        record = LoadRecord(1000.0, 5000.0, 0.4, queue)
+        write_record(path, record)
+        assert read_record(path, now=1000.0) == record
 
     def test_bytes_that_are_not_text_are_none(self, tmp_path: Path) -> None:
         path = tmp_path / "engine-0.json"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from slidingserve.core.slo_args import SLODefaults
-from slidingserve.engines.vllm.load_record import LoadRecord
+from slidingserve.engines.vllm.load_record import LoadRecord, QueueView
 from slidingserve.engines.vllm.overload import (
     CHAT_PATH,
     COMPLETIONS_PATH,
@@ -48,9 +48,12 @@ def check(
     path: str = COMPLETIONS_PATH,
     records: list[LoadRecord] | None = None,
     tokenizer: WordTokenizer | None = None,
+    now: float = 0.0,
 ) -> Overload | None:
     records = [make_record()] if records is None else records
-    return asyncio.run(check_overload(path, payload, records, DEFAULTS, tokenizer))
+    return asyncio.run(
+        check_overload(path, payload, records, DEFAULTS, tokenizer, clock=lambda: now)
+    )
 
 
 def words(n: int) -> str:
@@ -156,6 +159,50 @@ class TestDecision:
         payload = {"prompt": [1] * 150, "vllm_xargs": {"ttft_ms": 100}}
         assert check(payload, records=records) is None  # 75 ms at the faster engine
         assert check(payload, records=records[:1]) is not None
+
+
+def queued(*entries: tuple[float, int], seen: float = 0.0) -> LoadRecord:
+    """A record with a published queue at `RATE`: (seconds to the deadline, tokens)."""
+    return LoadRecord(0.0, RATE, 0.0, QueueView(seen, RATE, entries))
+
+
+class TestQueueDecision:
+    """The queue-aware test (`admission_test=queue`), from the queue the engine published."""
+
+    def test_a_request_that_fits_behind_the_queue_is_let_through(self) -> None:
+        # 600 tokens due before it: 600 + 300 in 0.9 s of its 1 s.
+        record = queued((0.5, 600), (3.0, 2000))
+        assert check({"prompt": [1] * 300}, records=[record]) is None
+
+    def test_one_that_would_finish_late_behind_it_is_refused(self) -> None:
+        record = queued((0.5, 600), (3.0, 2000))
+        overload = check({"prompt": [1] * 500}, records=[record])
+        assert overload is not None and overload.queued_tokens == 600
+        assert "after 600 queued ahead" in overload.message()
+
+    def test_one_that_would_make_a_request_queued_before_it_late_is_refused(self) -> None:
+        # Due in 1 s it goes before the one due in 1.2 s, which would finish at 1.3 s.
+        record = queued((1.2, 1000))
+        assert check({"prompt": [1] * 300}, records=[record]) is not None
+        assert check({"prompt": [1] * 200}, records=[record]) is None
+
+    def test_the_time_since_the_engine_saw_the_queue_counts(self) -> None:
+        # Seen 0.5 s ago: the request's deadline is 1.5 s into the queue, and 1,200 tokens
+        # are due before it (0.5 s of them done since, as the engine went on prefilling).
+        record = queued((0.8, 1200), seen=-0.5)
+        assert check({"prompt": [1] * 300}, records=[record]) is None
+        assert check({"prompt": [1] * 300}, records=[record], now=-0.4) is not None
+
+    def test_a_request_that_fits_one_engine_is_let_through(self) -> None:
+        full, empty = queued((0.9, 950)), queued()
+        assert check({"prompt": [1] * 300}, records=[full]) is not None
+        assert check({"prompt": [1] * 300}, records=[full, empty]) is None
+
+    def test_text_is_always_counted_then(self) -> None:
+        tokenizer = WordTokenizer()
+        record = queued((0.9, 950))
+        assert check({"prompt": words(60)}, records=[record], tokenizer=tokenizer) is not None
+        assert tokenizer.calls == 1
 
 
 class TestRetryAfter:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections.abc import Iterable, Sequence, Sized
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -62,7 +63,12 @@ from slidingserve.engines.vllm.health import (
     share_vllm_log_handlers,
 )
 from slidingserve.engines.vllm.imposer import PlanImposer
-from slidingserve.engines.vllm.load_record import LoadPublisher, record_path
+from slidingserve.engines.vllm.load_record import (
+    MAX_QUEUE_ENTRIES,
+    LoadPublisher,
+    QueueView,
+    record_path,
+)
 from slidingserve.engines.vllm.mirror import RequestMirror
 from slidingserve.engines.vllm.periods import MAX_PERIODS
 from slidingserve.engines.vllm.refusals import Refusals
@@ -175,6 +181,7 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         """Hand `publisher` the policy's admission rate and the prefill queued at it."""
         try:
             rate = self.admission.admission_rate() if self.admission is not None else None
+            queue = self._queue_view()
         except Exception as error:
             # A policy bug must not kill the engine: counted and logged like `schedule`'s.
             self.health.policy_failed(error, "admission_rate")
@@ -183,7 +190,16 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
             return
         queues = itertools.chain(self.kv_holding_waiting, self.waiting, self.running)
         tokens = sum(max(0, r.num_prompt_tokens - r.num_computed_tokens) for r in queues)
-        publisher.update(rate, tokens / rate)
+        publisher.update(rate, tokens / rate, queue)
+
+    def _queue_view(self) -> QueueView | None:
+        """The queue the policy's queue-aware admission test saw this step, on the wall
+        clock, for the API server to test new requests against (None without that test)."""
+        seen = self.admission.admission_queue() if self.admission is not None else None
+        if seen is None or not seen.rate > 0:
+            return None
+        entries = tuple(seen.relative()[:MAX_QUEUE_ENTRIES])
+        return QueueView(time.time(), seen.rate, entries)
 
     def _refit_policy(self, samples: Sequence[Sample]) -> None:
         """The learner's listener: at each of its refits, in its thread, the policy's own

@@ -40,8 +40,26 @@ LOAD_DIR_ENV = "SLIDINGSERVE_LOAD_DIR"
 server (the engine cores get it in the adapter's settings, `AdapterSettings.load_dir`)."""
 
 PUBLISH_INTERVAL = 0.25  # seconds between two writes of a record
+MAX_QUEUE_ENTRIES = 512  # requests of the queue published, the earliest deadlines
 MAX_AGE = 2.0  # seconds after its writing that a record is still believed
 RECORD_GLOB = "engine-*.json"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    """The queue a queue-aware admission test saw (`core/queue_fit.py`), on the wall clock."""
+
+    seen: float  # wall-clock time the engine saw it (`time.time()`), seconds
+    rate: float  # prefill tokens per second the test assumes, > 0
+    # (seconds from `seen` to the first token's deadline, prefill tokens left), by deadline;
+    # at most `MAX_QUEUE_ENTRIES`, the earliest deadlines
+    entries: tuple[tuple[float, int], ...]
+
+    def is_valid(self) -> bool:
+        finite = math.isfinite(self.seen) and math.isfinite(self.rate) and self.rate > 0
+        return finite and all(
+            math.isfinite(seconds) and tokens >= 0 for seconds, tokens in self.entries
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +69,7 @@ class LoadRecord:
     written: float  # wall-clock time of the writing (`time.time()`), seconds
     prefill_rate: float  # prefill tokens per second the admission test assumes, > 0
     queued_prefill_s: float  # seconds to prefill what is waiting, at that rate, >= 0
+    queue: QueueView | None = None  # for the queue-aware test; None without it
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -64,21 +83,33 @@ class LoadRecord:
                 float(values["written"]),
                 float(values["prefill_rate"]),
                 float(values["queued_prefill_s"]),
+                _queue_view(values.get("queue")),
             )
         except (ValueError, TypeError, KeyError):
             return None
         return record if record.is_valid() else None
 
     def is_valid(self) -> bool:
-        """Finite numbers, a positive rate and a queue time not below zero."""
+        """Finite numbers, a positive rate and a queue time not below zero; a valid queue."""
         numbers = (self.written, self.prefill_rate, self.queued_prefill_s)
         finite = all(map(math.isfinite, numbers))
-        return finite and self.prefill_rate > 0 and self.queued_prefill_s >= 0
+        valid_queue = self.queue is None or self.queue.is_valid()
+        return finite and self.prefill_rate > 0 and self.queued_prefill_s >= 0 and valid_queue
 
     def is_fresh(self, now: float, max_age: float = MAX_AGE) -> bool:
         """Whether the record was written within `max_age` seconds before `now` (wall clock;
         a record from up to `max_age` in the future, a clock step, is believed too)."""
         return abs(now - self.written) <= max_age
+
+
+def _queue_view(values: object) -> QueueView | None:
+    """The queue of a record's JSON (None when absent); TypeError or ValueError if malformed."""
+    if values is None:
+        return None
+    if not isinstance(values, dict):
+        raise TypeError("queue must be an object")
+    entries = tuple((float(seconds), int(tokens)) for seconds, tokens in values["entries"])
+    return QueueView(float(values["seen"]), float(values["rate"]), entries)
 
 
 def record_path(folder: str | os.PathLike[str], engine_index: int) -> Path:
@@ -132,14 +163,18 @@ class LoadPublisher:
         self.path = path
         self.interval = interval
         self.clock = clock
-        self._figures: tuple[float, float] | None = None  # (prefill_rate, queued_prefill_s)
+        # (prefill_rate, queued_prefill_s, the queue or None)
+        self._figures: tuple[float, float, QueueView | None] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.failures = 0  # writings that raised (logged once)
 
-    def update(self, prefill_rate: float, queued_prefill_s: float) -> None:
-        """The figures to publish from now on (rate in tokens/s, queue in seconds)."""
-        self._figures = (prefill_rate, queued_prefill_s)
+    def update(
+        self, prefill_rate: float, queued_prefill_s: float, queue: QueueView | None = None
+    ) -> None:
+        """The figures to publish from now on (rate in tokens/s, queue in seconds, and the
+        queue of a queue-aware admission test)."""
+        self._figures = (prefill_rate, queued_prefill_s, queue)
 
     def publish(self) -> LoadRecord | None:
         """Write the latest figures now, stamped with the clock; the record written, or

@@ -34,14 +34,18 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from slidingserve.core.queue_fit import QueuedPrefill, fits_queue
 from slidingserve.core.slo_args import REFUSED_REASON, SLODefaults, parse_slo_args
-from slidingserve.engines.vllm.load_record import LoadRecord
+from slidingserve.engines.vllm.load_record import LoadRecord, QueueView
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from starlette.responses import Response
 
 REFUSAL_STATUS_ENV = "SLIDINGSERVE_REFUSAL_STATUS"
@@ -73,6 +77,7 @@ class Overload(NamedTuple):
     prefill_rate: float  # the engine's prefill rate, tokens per second
     ttft_s: float  # its TTFT target, seconds
     retry_after_s: int  # the Retry-After header, seconds, >= 1
+    queued_tokens: int | None = None  # refused behind the queue: its tokens due before it
 
     @property
     def prefill_s(self) -> float:
@@ -80,6 +85,14 @@ class Overload(NamedTuple):
         return self.prompt_tokens / self.prefill_rate
 
     def message(self) -> str:
+        if self.queued_tokens is not None:
+            return (
+                f"{REFUSED_REASON}: the first token would miss its deadline behind the "
+                f"requests queued, or make one queued before it late: about "
+                f"{self.prompt_tokens} prompt tokens after {self.queued_tokens} queued ahead, "
+                f"at {self.prefill_rate:.0f} tokens/s, against a TTFT of "
+                f"{self.ttft_s * 1000:g} ms"
+            )
         return (
             f"{REFUSED_REASON}: the first token would miss its deadline even if the request "
             f"ran next: about {self.prompt_tokens} prompt tokens at {self.prefill_rate:.0f} "
@@ -180,25 +193,52 @@ async def check_overload(
     records: Sequence[LoadRecord],
     defaults: SLODefaults,
     tokenizer: Tokenizer | None,
+    clock: Callable[[], float] = time.time,
 ) -> Overload | None:
     """Why the request (`path`, parsed JSON `payload` whose SLO is valid) must be refused
     given the engines' fresh `records`, or None to let it through (see the module
-    docstring). Text is tokenized in a worker thread, off the event loop."""
+    docstring). Text is tokenized in a worker thread, off the event loop. `clock`: the wall
+    clock the queues were published on."""
     record = best_record(records)
     if record is None:
         return None
     slo = parse_slo_args(payload.get("vllm_xargs"), defaults)
     if slo.protected:
         return None
-    budget = slo.ttft * record.prefill_rate  # tokens the TTFT leaves time for
     candidates = prompts(path, payload)
-    if not candidates or any(most_tokens(p) <= budget for p in candidates):
+    if not candidates:
         return None
+    queues = [r.queue for r in records if r.queue is not None]
+    budget = slo.ttft * record.prefill_rate  # tokens the TTFT leaves time for
+    if not queues and any(most_tokens(p) <= budget for p in candidates):
+        return None  # too short to be refused: not tokenized
     counts = await asyncio.to_thread(lambda: [count_tokens(p, tokenizer) for p in candidates])
-    if any(count is None or count <= budget for count in counts):
+    if any(count is None for count in counts):
         return None
     fewest = min(count for count in counts if count is not None)
-    return Overload(fewest, record.prefill_rate, slo.ttft, retry_after(record))
+    if fewest > budget:
+        return Overload(fewest, record.prefill_rate, slo.ttft, retry_after(record))
+    now = clock()
+    if not queues or any(fits_published(q, fewest, slo.ttft, now) for q in queues):
+        return None
+    queue = max(queues, key=lambda q: q.rate)
+    ahead = tokens_ahead(queue, slo.ttft, now)
+    return Overload(fewest, queue.rate, slo.ttft, retry_after(record), queued_tokens=ahead)
+
+
+def fits_published(queue: QueueView, tokens: int, ttft: float, now: float) -> bool:
+    """Whether a request of `tokens` prompt tokens arriving at `now` (wall clock) with a
+    TTFT of `ttft` seconds fits the queue an engine published (`core/queue_fit.py`), the
+    engine taken to have prefilled in deadline order since it saw the queue."""
+    entries = [QueuedPrefill(seconds, count) for seconds, count in queue.entries]
+    arrival = max(0.0, now - queue.seen)
+    return fits_queue(entries, QueuedPrefill(arrival + ttft, tokens), 0.0, queue.rate)
+
+
+def tokens_ahead(queue: QueueView, ttft: float, now: float) -> int:
+    """Prefill tokens of the published queue due before a request arriving at `now`."""
+    due = max(0.0, now - queue.seen) + ttft
+    return sum(count for seconds, count in queue.entries if seconds <= due)
 
 
 def overload_response(overload: Overload, status: int) -> Response:
