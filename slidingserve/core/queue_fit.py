@@ -31,6 +31,7 @@ class AdmissionQueue(NamedTuple):
     now: float  # seconds, the clock of the deadlines
     rate: float  # prefill tokens per second assumed
     queue: tuple[QueuedPrefill, ...]  # sorted by deadline
+    decode_seats: int | None = None  # new requests the decodes can take; None: not tested
 
     def relative(self) -> list[tuple[float, int]]:
         """The queue as (seconds from `now` to the deadline, tokens) pairs."""

@@ -20,6 +20,15 @@ from slidingserve.engines.vllm.load_record import (
     write_record,
 )
 
+MALFORMED_QUEUES: list[object] = [
+    [],
+    {"seen": 1e3, "rate": 5e3},
+    {"seen": 1e3, "rate": 0, "entries": []},
+    {"seen": 1e3, "rate": 5e3, "entries": [[0.5]]},
+    {"seen": 1e3, "rate": 5e3, "entries": [[0.5, -3]]},
+    {"seen": 1e3, "rate": 5e3, "entries": [], "decode_seats": -1},
+]
+
 
 class FakeClock:
     def __init__(self, now: float = 1000.0) -> None:
@@ -65,13 +74,7 @@ class TestFile:
             '{"written": 1000.0, "prefill_rate": Infinity, "queued_prefill_s": 0}',
             *(
                 json.dumps({"written": 1e3, "prefill_rate": 5e3, "queued_prefill_s": 0, "queue": q})
-                for q in (
-                    [],
-                    {"seen": 1e3, "rate": 5e3},
-                    {"seen": 1e3, "rate": 0, "entries": []},
-                    {"seen": 1e3, "rate": 5e3, "entries": [[0.5]]},
-                    {"seen": 1e3, "rate": 5e3, "entries": [[0.5, -3]]},
-                )
+                for q in MALFORMED_QUEUES
             ),
         ],
     )
@@ -82,7 +85,7 @@ class TestFile:
 
     def test_a_record_with_its_queue_reads_back(self, tmp_path: Path) -> None:
         path = record_path(tmp_path, 0)
-        queue = QueueView(999.5, 4000.0, ((0.25, 300), (1.5, 1200)))
+        queue = QueueView(999.5, 4000.0, ((0.25, 300), (1.5, 1200)), decode_seats=3)
         record = LoadRecord(1000.0, 5000.0, 0.4, queue)
         write_record(path, record)
         assert read_record(path, now=1000.0) == record

@@ -198,6 +198,14 @@ class TestQueueDecision:
         assert check({"prompt": [1] * 300}, records=[full]) is not None
         assert check({"prompt": [1] * 300}, records=[full, empty]) is None
 
+    def test_no_request_fits_while_the_decodes_fill_the_tbt(self) -> None:
+        full = LoadRecord(0.0, RATE, 0.0, QueueView(0.0, RATE, (), decode_seats=0))
+        overload = check({"prompt": [1] * 10}, records=[full])
+        assert overload is not None and overload.decodes_full
+        assert "one more would make every decode late" in overload.message()
+        room = LoadRecord(0.0, RATE, 0.0, QueueView(0.0, RATE, (), decode_seats=1))
+        assert check({"prompt": [1] * 10}, records=[room]) is None
+
     def test_text_is_always_counted_then(self) -> None:
         tokenizer = WordTokenizer()
         record = queued((0.9, 950))

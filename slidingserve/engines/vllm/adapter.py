@@ -199,7 +199,7 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         if seen is None or not seen.rate > 0:
             return None
         entries = tuple(seen.relative()[:MAX_QUEUE_ENTRIES])
-        return QueueView(time.time(), seen.rate, entries)
+        return QueueView(time.time(), seen.rate, entries, seen.decode_seats)
 
     def _refit_policy(self, samples: Sequence[Sample]) -> None:
         """The learner's listener: at each of its refits, in its thread, the policy's own

@@ -54,11 +54,15 @@ class QueueView:
     # (seconds from `seen` to the first token's deadline, prefill tokens left), by deadline;
     # at most `MAX_QUEUE_ENTRIES`, the earliest deadlines
     entries: tuple[tuple[float, int], ...]
+    decode_seats: int | None = None  # new requests the decodes can take; None: not tested
 
     def is_valid(self) -> bool:
         finite = math.isfinite(self.seen) and math.isfinite(self.rate) and self.rate > 0
-        return finite and all(
-            math.isfinite(seconds) and tokens >= 0 for seconds, tokens in self.entries
+        seats = self.decode_seats is None or self.decode_seats >= 0
+        return (
+            finite
+            and seats
+            and all(math.isfinite(seconds) and tokens >= 0 for seconds, tokens in self.entries)
         )
 
 
@@ -109,7 +113,9 @@ def _queue_view(values: object) -> QueueView | None:
     if not isinstance(values, dict):
         raise TypeError("queue must be an object")
     entries = tuple((float(seconds), int(tokens)) for seconds, tokens in values["entries"])
-    return QueueView(float(values["seen"]), float(values["rate"]), entries)
+    seats = values.get("decode_seats")
+    decode_seats = None if seats is None else int(seats)
+    return QueueView(float(values["seen"]), float(values["rate"]), entries, decode_seats)
 
 
 def record_path(folder: str | os.PathLike[str], engine_index: int) -> Path:

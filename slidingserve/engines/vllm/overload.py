@@ -78,6 +78,7 @@ class Overload(NamedTuple):
     ttft_s: float  # its TTFT target, seconds
     retry_after_s: int  # the Retry-After header, seconds, >= 1
     queued_tokens: int | None = None  # refused behind the queue: its tokens due before it
+    decodes_full: bool = False  # refused because the decodes would overrun the TBT
 
     @property
     def prefill_s(self) -> float:
@@ -85,6 +86,11 @@ class Overload(NamedTuple):
         return self.prompt_tokens / self.prefill_rate
 
     def message(self) -> str:
+        if self.decodes_full:
+            return (
+                f"{REFUSED_REASON}: the requests running and queued already fill the time "
+                f"between tokens: one more would make every decode late"
+            )
         if self.queued_tokens is not None:
             return (
                 f"{REFUSED_REASON}: the first token would miss its deadline behind the "
@@ -223,13 +229,18 @@ async def check_overload(
         return None
     queue = max(queues, key=lambda q: q.rate)
     ahead = tokens_ahead(queue, slo.ttft, now)
-    return Overload(fewest, queue.rate, slo.ttft, retry_after(record), queued_tokens=ahead)
+    full = all(q.decode_seats == 0 for q in queues)
+    return Overload(
+        fewest, queue.rate, slo.ttft, retry_after(record), queued_tokens=ahead, decodes_full=full
+    )
 
 
 def fits_published(queue: QueueView, tokens: int, ttft: float, now: float) -> bool:
     """Whether a request of `tokens` prompt tokens arriving at `now` (wall clock) with a
     TTFT of `ttft` seconds fits the queue an engine published (`core/queue_fit.py`), the
     engine taken to have prefilled in deadline order since it saw the queue."""
+    if queue.decode_seats == 0:
+        return False  # the decodes running and queued fill the TBT already
     entries = [QueuedPrefill(seconds, count) for seconds, count in queue.entries]
     arrival = max(0.0, now - queue.seen)
     return fits_queue(entries, QueuedPrefill(arrival + ttft, tokens), 0.0, queue.rate)

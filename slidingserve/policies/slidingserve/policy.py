@@ -22,6 +22,7 @@ from slidingserve.policies.common import (
     planning_predictor,
     token_budget,
 )
+from slidingserve.policies.slidingserve.admission import decode_seats, fits_decodes
 from slidingserve.policies.slidingserve.budget import budget_windows, rounded_total, split_budget
 from slidingserve.policies.slidingserve.chunker import ChunkChoice, QueueTimes, queue_head
 from slidingserve.policies.slidingserve.compositions import DESIGN, PAPER, SC_EDF, SC_MLPS
@@ -45,6 +46,7 @@ from slidingserve.predictor import PrefillQueueProfile
 
 MAX_DECISIONS = 1_000_000
 COST_PROBE = 256  # prefill tokens the release's per-token cost is measured with
+MIN_TYPICAL_CONTEXT = 128  # tokens a new request is taken to decode over, with none queued
 COST_FLOOR = 1e-7  # seconds: the least a prefill token is taken to cost
 FALLBACK_SUFFIX = ":constructor-fallback"  # on the chunker's path when it replaced a selection
 
@@ -244,9 +246,29 @@ class SlidingServePolicy(Policy):
         rate = self._admission_queue_rate(established) / self.config.budget.time_margin
         new = [QueuedPrefill(r.next_deadline, r.remaining_prefill) for r in fresh]
         answers = admit_in_turn(queue, new, now, rate)
+        contexts = [r.num_computed for r in view.decoding] + [r.prefill_target for r in kept]
+        tbt = min((r.slo.tbt for r in (*view.decoding, *kept)), default=math.inf)
+        margin = self.config.budget.time_margin
+        for index in sorted(range(len(fresh)), key=lambda i: new[i].deadline):
+            request = fresh[index]
+            if not answers[index]:
+                continue
+            contexts.append(request.prefill_target)
+            tbt = min(tbt, request.slo.tbt)
+            if not fits_decodes(self.model, contexts, tbt / margin):
+                answers[index] = False
+                contexts.pop()
         admitted = sorted([*queue, *compress(new, answers)], key=attrgetter("deadline"))
-        self._admission_queue = AdmissionQueue(now, rate, tuple(admitted))
+        seats = decode_seats(self.model, contexts, self._typical_context(kept, fresh), tbt / margin)
+        self._admission_queue = AdmissionQueue(now, rate, tuple(admitted), seats)
         return [r for r, fits in zip(fresh, answers, strict=True) if not fits]
+
+    def _typical_context(self, kept: Sequence[Request], fresh: Sequence[Request]) -> int:
+        """The context a new request is taken to decode over, for the seats published: the
+        median prompt of the requests queued or just arrived (the tokens of one TBT block
+        without any)."""
+        prompts = sorted(r.prompt_len for r in (*kept, *fresh))
+        return prompts[len(prompts) // 2] if prompts else MIN_TYPICAL_CONTEXT
 
     def _admission_queue_rate(self, view: SchedulerView) -> float:
         if self.triage is None:

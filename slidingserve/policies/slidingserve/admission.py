@@ -1,0 +1,46 @@
+"""The decode side of the queue-aware admission test (`admission_test=queue`): a request
+admitted becomes a decode, and where the decodes alone take longer than the tightest TBT
+every decode falls behind, whatever the budget does. A request is admitted only while the
+decodes, the requests queued to become decodes and it would still run a decode-only step
+within that TBT (÷ the margin), as the predictor sees it: SCORPIO's TPOT gate, applied at
+admission instead of each step [beyond the paper].
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from slidingserve.core.batch import BatchShape
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from slidingserve.policies.slidingserve.stats import TimedModel
+
+MAX_SEATS = 256  # the most seats `decode_seats` counts
+
+
+def decode_step_time(model: TimedModel, contexts: Sequence[int]) -> float:
+    """Predicted seconds of a decode-only step over decodes of `contexts` cached tokens."""
+    return model.predict_shape(BatchShape(tuple(contexts), ()))
+
+
+def fits_decodes(model: TimedModel, contexts: Sequence[int], limit: float) -> bool:
+    """Whether a decode-only step over `contexts` is predicted within `limit` seconds."""
+    return not contexts or decode_step_time(model, contexts) <= limit
+
+
+def decode_seats(model: TimedModel, contexts: Sequence[int], context: int, limit: float) -> int:
+    """How many more decodes of `context` tokens fit beside `contexts` within `limit`
+    seconds (at most `MAX_SEATS`; the predicted time grows with every decode added)."""
+    low, high = 0, MAX_SEATS  # low fits, high + 1 does not
+    if fits_decodes(model, [*contexts, *[context] * MAX_SEATS], limit):
+        return MAX_SEATS
+    high = MAX_SEATS - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits_decodes(model, [*contexts, *[context] * middle], limit):
+            low = middle
+        else:
+            high = middle - 1
+    return low
