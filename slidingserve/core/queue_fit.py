@@ -13,8 +13,8 @@ do not count.
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from collections.abc import Sequence
+from bisect import bisect_right, insort
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 
@@ -57,18 +57,22 @@ def fits_queue(queue: Sequence[QueuedPrefill], new: QueuedPrefill, now: float, r
 
 
 def admit_in_turn(
-    queue: Sequence[QueuedPrefill], new: Sequence[QueuedPrefill], now: float, rate: float
+    queue: Sequence[QueuedPrefill],
+    new: Sequence[QueuedPrefill],
+    now: float,
+    rate: float,
+    also: Callable[[int], bool] = lambda index: True,
 ) -> list[bool]:
     """For each of `new` in deadline order, whether it fits the queue with the ones
-    admitted before it; the answers in the order of `new`."""
+    admitted before it and passes `also(its index in new)` (a test of another resource,
+    told only of the requests that fit the queue); the answers in the order of `new`."""
     admitted = sorted(queue, key=_deadline)
     answers = [False] * len(new)
     for index in sorted(range(len(new)), key=lambda i: new[i].deadline):
-        if fits_queue(admitted, new[index], now, rate):
+        entry = new[index]
+        if fits_queue(admitted, entry, now, rate) and also(index):
             answers[index] = True
-            admitted.insert(
-                bisect_right([e.deadline for e in admitted], new[index].deadline), new[index]
-            )
+            insort(admitted, entry, key=_deadline)
     return answers
 
 

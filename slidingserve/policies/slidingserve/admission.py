@@ -15,6 +15,7 @@ from slidingserve.core.batch import BatchShape
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from slidingserve.core.request import Request
     from slidingserve.policies.slidingserve.stats import TimedModel
 
 MAX_SEATS = 256  # the most seats `decode_seats` counts
@@ -44,3 +45,29 @@ def decode_seats(model: TimedModel, contexts: Sequence[int], context: int, limit
         else:
             high = middle - 1
     return low
+
+
+class DecodeRoom:
+    """The decodes an admission test has taken so far: those running, those queued to
+    become decodes, and the requests it admits (`take`), against the tightest TBT of all
+    of them ÷ `margin`."""
+
+    def __init__(self, model: TimedModel, contexts: list[int], tbt: float, margin: float) -> None:
+        self.model = model
+        self.contexts = contexts  # cached tokens of each decode, now or once prefilled
+        self.tbt = tbt  # seconds, the tightest TBT among them (inf without any)
+        self.margin = margin
+
+    def take(self, request: Request) -> bool:
+        """Whether `request`, as one more decode, keeps a decode-only step within the
+        tightest TBT ÷ the margin; if so it is taken."""
+        tbt = min(self.tbt, request.slo.tbt)
+        contexts = [*self.contexts, request.prefill_target]
+        if not fits_decodes(self.model, contexts, tbt / self.margin):
+            return False
+        self.contexts, self.tbt = contexts, tbt
+        return True
+
+    def seats(self, context: int) -> int:
+        """How many more decodes of `context` tokens fit (`decode_seats`)."""
+        return decode_seats(self.model, self.contexts, context, self.tbt / self.margin)

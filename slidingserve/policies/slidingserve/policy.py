@@ -22,7 +22,7 @@ from slidingserve.policies.common import (
     planning_predictor,
     token_budget,
 )
-from slidingserve.policies.slidingserve.admission import decode_seats, fits_decodes
+from slidingserve.policies.slidingserve.admission import DecodeRoom
 from slidingserve.policies.slidingserve.budget import budget_windows, rounded_total, split_budget
 from slidingserve.policies.slidingserve.chunker import ChunkChoice, QueueTimes, queue_head
 from slidingserve.policies.slidingserve.compositions import DESIGN, PAPER, SC_EDF, SC_MLPS
@@ -245,21 +245,15 @@ class SlidingServePolicy(Policy):
         ]
         rate = self._admission_queue_rate(established) / self.config.budget.time_margin
         new = [QueuedPrefill(r.next_deadline, r.remaining_prefill) for r in fresh]
-        answers = admit_in_turn(queue, new, now, rate)
-        contexts = [r.num_computed for r in view.decoding] + [r.prefill_target for r in kept]
-        tbt = min((r.slo.tbt for r in (*view.decoding, *kept)), default=math.inf)
-        margin = self.config.budget.time_margin
-        for index in sorted(range(len(fresh)), key=lambda i: new[i].deadline):
-            request = fresh[index]
-            if not answers[index]:
-                continue
-            contexts.append(request.prefill_target)
-            tbt = min(tbt, request.slo.tbt)
-            if not fits_decodes(self.model, contexts, tbt / margin):
-                answers[index] = False
-                contexts.pop()
+        decodes = DecodeRoom(
+            self.model,
+            [r.num_computed for r in view.decoding] + [r.prefill_target for r in kept],
+            min((r.slo.tbt for r in (*view.decoding, *kept)), default=math.inf),
+            self.config.budget.time_margin,
+        )
+        answers = admit_in_turn(queue, new, now, rate, lambda i: decodes.take(fresh[i]))
         admitted = sorted([*queue, *compress(new, answers)], key=attrgetter("deadline"))
-        seats = decode_seats(self.model, contexts, self._typical_context(kept, fresh), tbt / margin)
+        seats = decodes.seats(self._typical_context(kept, fresh))
         self._admission_queue = AdmissionQueue(now, rate, tuple(admitted), seats)
         return [r for r, fits in zip(fresh, answers, strict=True) if not fits]
 

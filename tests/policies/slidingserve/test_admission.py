@@ -1,0 +1,31 @@
+"""The decode side of the queue-aware admission test (`admission.py`)."""
+
+from __future__ import annotations
+
+from factories import TokenLinearModel, make_request
+
+from slidingserve.policies.slidingserve.admission import DecodeRoom, decode_seats
+from slidingserve.policies.slidingserve.stats import TimedModel
+
+# 10 ms + 1 ms a token: n decodes alone take 10 + n ms; within 50 ms ÷ 1.1 up to n = 35.
+MODEL = TimedModel(TokenLinearModel(0.010, 1e-3))
+
+
+def test_a_request_is_taken_while_the_decodes_stay_within_the_tbt() -> None:
+    room = DecodeRoom(MODEL, [100] * 34, 0.05, 1.1)
+    assert room.take(make_request("a", tbt=0.05))  # 35 decodes: 45 ms
+    assert not room.take(make_request("b", tbt=0.05))  # 36: 46 ms > 45.45 ms
+    assert len(room.contexts) == 35
+
+
+def test_a_tighter_tbt_of_the_newcomer_counts_and_a_refusal_leaves_the_room_as_it_was() -> None:
+    room = DecodeRoom(MODEL, [100] * 20, 0.05, 1.1)
+    assert not room.take(make_request("tight", tbt=0.025))  # 31 ms > 22.7 ms
+    assert room.tbt == 0.05 and len(room.contexts) == 20
+    assert room.seats(100) == 15
+
+
+def test_seats_are_counted_up_to_their_cap() -> None:
+    assert decode_seats(MODEL, [], 100, 0.0455) == 35
+    assert decode_seats(MODEL, [100] * 40, 100, 0.0455) == 0
+    assert decode_seats(MODEL, [], 100, float("inf")) == 256
