@@ -16,9 +16,11 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from slidingserve.core.request import Request
+    from slidingserve.policies.base import IterationRecord
     from slidingserve.policies.slidingserve.stats import TimedModel
 
 MAX_SEATS = 256  # the most seats `decode_seats` counts
+OVERHEAD_DECAY = 0.9  # EMA weight of the old step overhead at each observed step
 
 
 def decode_step_time(model: TimedModel, contexts: Sequence[int]) -> float:
@@ -50,24 +52,65 @@ def decode_seats(model: TimedModel, contexts: Sequence[int], context: int, limit
 class DecodeRoom:
     """The decodes an admission test has taken so far: those running, those queued to
     become decodes, and the requests it admits (`take`), against the tightest TBT of all
-    of them ÷ `margin`."""
+    of them ÷ `margin`, less the engine's `overhead` a step."""
 
-    def __init__(self, model: TimedModel, contexts: list[int], tbt: float, margin: float) -> None:
+    def __init__(
+        self,
+        model: TimedModel,
+        contexts: list[int],
+        tbt: float,
+        margin: float,
+        overhead: float = 0.0,
+    ) -> None:
         self.model = model
         self.contexts = contexts  # cached tokens of each decode, now or once prefilled
         self.tbt = tbt  # seconds, the tightest TBT among them (inf without any)
         self.margin = margin
+        self.overhead = overhead  # seconds of each step outside the model (`StepOverhead`)
+
+    def _limit(self, tbt: float) -> float:
+        """The model time a decode-only step may take."""
+        return tbt / self.margin - self.overhead
 
     def take(self, request: Request) -> bool:
         """Whether `request`, as one more decode, keeps a decode-only step within the
         tightest TBT ÷ the margin; if so it is taken."""
         tbt = min(self.tbt, request.slo.tbt)
         contexts = [*self.contexts, request.prefill_target]
-        if not fits_decodes(self.model, contexts, tbt / self.margin):
+        if not fits_decodes(self.model, contexts, self._limit(tbt)):
             return False
         self.contexts, self.tbt = contexts, tbt
         return True
 
     def seats(self, context: int) -> int:
         """How many more decodes of `context` tokens fit (`decode_seats`)."""
-        return decode_seats(self.model, self.contexts, context, self.tbt / self.margin)
+        return decode_seats(self.model, self.contexts, context, self._limit(self.tbt))
+
+
+class StepOverhead:
+    """The time between an engine's steps that is not the model's: an EMA of the gap from
+    one iteration's end to the next one's start, after iterations that ran decodes (the
+    engine then steps again at once, so the gap is its own bookkeeping and whatever else
+    shares its processor, not idleness). Zero in the simulator; on vLLM the Python work
+    around each step, which a predictor of the model's time does not see."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0  # EMA of the gap, seconds
+        self.model_seconds = 0.0  # EMA of the model time of the same iterations
+        self._previous: IterationRecord | None = None
+
+    def observe(self, record: IterationRecord) -> None:
+        previous, self._previous = self._previous, record
+        if previous is None or not previous.shape.num_decodes:
+            return
+        gap = max(0.0, record.start - (previous.start + previous.duration))
+        self.seconds = OVERHEAD_DECAY * self.seconds + (1 - OVERHEAD_DECAY) * gap
+        self.model_seconds = (
+            OVERHEAD_DECAY * self.model_seconds + (1 - OVERHEAD_DECAY) * previous.duration
+        )
+
+    @property
+    def model_share(self) -> float:
+        """The share of a step's wall time that is the model's (1 without overhead)."""
+        total = self.model_seconds + self.seconds
+        return self.model_seconds / total if total > 0 else 1.0

@@ -22,7 +22,7 @@ from slidingserve.policies.common import (
     planning_predictor,
     token_budget,
 )
-from slidingserve.policies.slidingserve.admission import DecodeRoom
+from slidingserve.policies.slidingserve.admission import DecodeRoom, StepOverhead
 from slidingserve.policies.slidingserve.budget import budget_windows, rounded_total, split_budget
 from slidingserve.policies.slidingserve.chunker import ChunkChoice, QueueTimes, queue_head
 from slidingserve.policies.slidingserve.compositions import DESIGN, PAPER, SC_EDF, SC_MLPS
@@ -95,6 +95,7 @@ class SlidingServePolicy(Policy):
         self.demand = PromptDemand()
         self._last_step = -math.inf  # `now` of the latest step: later arrivals are new
         self._admission_queue: AdmissionQueue | None = None  # what `_unfit` saw last
+        self.overhead = StepOverhead()  # the engine's time between steps, for `_unfit`
         self._reads_costs = bool(config.budget.iteration_cap or config.budget.release_decodes)
         self.constructor: BatchConstructor | None = None
         if config.constructor is not None:
@@ -188,8 +189,11 @@ class SlidingServePolicy(Policy):
         return DecodeCosts(decode_time, per_token, self.max_tokens)
 
     def on_iteration_end(self, record: IterationRecord) -> None:
-        """Fold the iteration's prefill throughput into the EMA ρ_t."""
+        """Fold the iteration's prefill throughput into the EMA ρ_t (and, for the
+        queue-aware admission test, its time outside the model into `overhead`)."""
         self.rate.observe(record.shape.num_prefill_tokens, record.duration)
+        if self.config.admission_test == "queue":
+            self.overhead.observe(record)
 
     def _initial_throughput(self) -> float:
         """ρ_0 from the predictor: tokens per second of a full prefill-only batch."""
@@ -231,7 +235,9 @@ class SlidingServePolicy(Policy):
         protected, nothing computed) that do not fit, in deadline order, behind the live
         requests the ordering and triage keep among the others, at the triage's rate (the
         observed one without a triage) ÷ the budget's `time_margin`, the margin the budget
-        keeps on the decode slack (`core/queue_fit.py`)."""
+        keeps on the decode slack, × the share of the engine's time that is the model's
+        (`core/queue_fit.py`); nor those that would take a decode-only step, with the
+        engine's time between steps, past the tightest TBT ÷ that margin (`admission.py`)."""
         fresh = [
             r
             for r in view.waiting
@@ -243,13 +249,15 @@ class SlidingServePolicy(Policy):
         queue = [
             QueuedPrefill(d, r.remaining_prefill) for r in kept if (d := r.next_deadline) > now
         ]
-        rate = self._admission_queue_rate(established) / self.config.budget.time_margin
+        margin = self.config.budget.time_margin
+        rate = self._admission_queue_rate(established) * self.overhead.model_share / margin
         new = [QueuedPrefill(r.next_deadline, r.remaining_prefill) for r in fresh]
         decodes = DecodeRoom(
             self.model,
             [r.num_computed for r in view.decoding] + [r.prefill_target for r in kept],
             min((r.slo.tbt for r in (*view.decoding, *kept)), default=math.inf),
-            self.config.budget.time_margin,
+            margin,
+            self.overhead.seconds,
         )
         answers = admit_in_turn(queue, new, now, rate, lambda i: decodes.take(fresh[i]))
         admitted = sorted([*queue, *compress(new, answers)], key=attrgetter("deadline"))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from factories import TokenLinearModel, make_request
 
-from slidingserve.policies.slidingserve.admission import DecodeRoom, decode_seats
+from slidingserve.core import BatchShape, Plan
+from slidingserve.policies.base import IterationRecord
+from slidingserve.policies.slidingserve.admission import DecodeRoom, StepOverhead, decode_seats
 from slidingserve.policies.slidingserve.stats import TimedModel
 
 # 10 ms + 1 ms a token: n decodes alone take 10 + n ms; within 50 ms ÷ 1.1 up to n = 35.
@@ -29,3 +32,28 @@ def test_seats_are_counted_up_to_their_cap() -> None:
     assert decode_seats(MODEL, [], 100, 0.0455) == 35
     assert decode_seats(MODEL, [100] * 40, 100, 0.0455) == 0
     assert decode_seats(MODEL, [], 100, float("inf")) == 256
+
+
+def record(start: float, duration: float, decodes: int) -> IterationRecord:
+    shape = BatchShape(tuple([100] * decodes), ())
+    return IterationRecord(start, duration, Plan(), shape)
+
+
+def test_the_overhead_is_the_gap_after_steps_that_ran_decodes() -> None:
+    overhead = StepOverhead()
+    overhead.observe(record(0.0, 0.040, decodes=4))
+    overhead.observe(record(0.050, 0.040, decodes=4))  # 10 ms after the first ended
+    assert overhead.seconds == pytest.approx(0.1 * 0.010)
+    assert overhead.model_share == pytest.approx(0.040 / 0.050)
+
+
+def test_a_gap_after_a_step_without_decodes_is_idleness_not_overhead() -> None:
+    overhead = StepOverhead()
+    overhead.observe(record(0.0, 0.040, decodes=0))
+    overhead.observe(record(5.0, 0.040, decodes=4))
+    assert overhead.seconds == 0.0 and overhead.model_share == 1.0
+
+
+def test_the_overhead_leaves_less_of_the_tbt_to_the_decodes() -> None:
+    room = DecodeRoom(MODEL, [100] * 34, 0.05, 1.1, overhead=0.002)
+    assert not room.take(make_request("a", tbt=0.05))  # 45 ms + 2 ms > 45.45 ms
