@@ -106,6 +106,8 @@ class TestQueueAdmission:
     def test_the_queue_is_published_for_the_api_server(self) -> None:
         policy = self.policy()
         assert isinstance(policy, ControlsAdmission)
+        before = policy.admission_queue()  # before any step: empty, at the seed rate
+        assert before is not None and before.queue == () and before.rate > 0
         queued = make_request("q", prompt=3000, output=2, ttft=2.0)
         view, _ = make_view(now=0.5, waiting=[queued])
         policy.schedule(view)

@@ -94,7 +94,8 @@ class SlidingServePolicy(Policy):
         # Arrivals of prompt tokens, for the decode release's forecast
         self.demand = PromptDemand()
         self._last_step = -math.inf  # `now` of the latest step: later arrivals are new
-        self._admission_queue: AdmissionQueue | None = None  # what `_unfit` saw last
+        # what `_unfit` saw last; before the first step, an empty queue at the seed rate
+        self._admission_queue = AdmissionQueue(0.0, self.rate.value / config.budget.time_margin, ())
         self.overhead = StepOverhead()  # the engine's time between steps, for `_unfit`
         self._reads_costs = bool(config.budget.iteration_cap or config.budget.release_decodes)
         self.constructor: BatchConstructor | None = None

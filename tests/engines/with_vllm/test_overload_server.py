@@ -1,5 +1,6 @@
-"""A real server with admission control: a hopeless request gets its 503 before any byte of
-a stream, streamed or not, on both completion endpoints; a request that fits is served.
+"""A real server with admission control, with each admission test (`alone`, `queue`): a
+hopeless request gets its 503 before any byte of a stream, streamed or not, on both
+completion endpoints; a request that fits is served.
 
 The server runs in a subprocess (`serving`, the tiny model); its engine core publishes its
 load in a folder of the test's, which the test waits on before it sends.
@@ -34,24 +35,32 @@ class Answer(NamedTuple):
     body: bytes  # the whole body
 
 
-@pytest.fixture(scope="module")
-def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@pytest.fixture(scope="module", params=["alone", "queue"])
+def server(
+    tiny_model: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """A server with admission control, once with each admission test."""
     folder = tmp_path_factory.mktemp("overload")
     load_dir = folder / "load"
     load_dir.mkdir()
+    options = {"admission": True, "admission_test": request.param}
 
     def command(port: int) -> list[str]:
         return server_command(
-            str(tiny_model), "slidingserve", port=port, policy_options={"admission": True},
+            str(tiny_model), "slidingserve", port=port, policy_options=options,
             load_dir=load_dir, extra_vllm_args=ENGINE_ARGS,
         )  # fmt: skip
 
     env = server_environment(load_dir=load_dir)
     with serving(command, env, folder / "server.log") as base:
         deadline = time.monotonic() + RECORD_WAIT
-        while not read_records(load_dir, time.time()) and time.monotonic() < deadline:
+        records = read_records(load_dir, time.time())
+        while not records and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert read_records(load_dir, time.time()), "the engine core published no record"
+            records = read_records(load_dir, time.time())
+        assert records, "the engine core published no record"
+        # the queue-aware test publishes the queue it saw; the test alone does not
+        assert all((r.queue is not None) == (request.param == "queue") for r in records)
         yield base
 
 
