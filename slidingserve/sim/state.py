@@ -18,12 +18,8 @@ if TYPE_CHECKING:
     from slidingserve.sim.tracing import RequestTracer
 
 VictimChoice = Callable[[Sequence["Request"], float], "Request"]
-"""Which running request a preemption takes: (running in admission order, now) -> it."""
-
-
-def newest(running: Sequence[Request], now: float) -> Request:
-    """The newest running request: vLLM's FCFS victim."""
-    return running[-1]
+"""Which running request a preemption takes: (running in admission order, now) -> it (the
+policy's `preemption_victim`)."""
 
 
 class EngineState:
@@ -91,9 +87,9 @@ class EngineState:
             self.now, self.waiting, self.running, limits, self.kv, admit, self._decode_blocks
         )
 
-    def make_room_for_decodes(self, choose_victim: VictimChoice = newest) -> int:
+    def make_room_for_decodes(self, choose_victim: VictimChoice) -> int:
         """Preempt running requests until every decode can cache one more token, each
-        chosen by `choose_victim(running, now)` (the policy's; newest by default).
+        chosen by `choose_victim(running, now)`.
 
         Returns the number of preemptions (vLLM's recompute preemption).
         """

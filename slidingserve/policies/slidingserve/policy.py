@@ -116,13 +116,14 @@ class SlidingServePolicy(Policy):
         refused = self._hopeless(view) if self.config.admission else []
         if refused:
             view = view.without(refused)
+        triage = None  # the queue's triage, when the admission test already made it
         if self.config.admission_test == "queue":
-            unfit = self._unfit(view)
+            unfit, triage = self._unfit(view)
             if unfit:
                 refused += unfit
                 view = view.without(unfit)
         self._last_step = view.now
-        plan = self._decide(view, watch)
+        plan = self._decide(view, watch, triage)
         if self.config.preempt_lost_first:
             put_lost_last(plan, view.now)
         plan.refused = refused
@@ -140,10 +141,11 @@ class SlidingServePolicy(Policy):
             return lost_first_victim(running, now)
         return super().preemption_victim(running, now)
 
-    def _decide(self, view: SchedulerView, watch: Stopwatch) -> Plan:
-        """Order (and triage) the queue; the BatchConstructor's plan if a prefill is at risk
-        and its selection can be granted in full; else the SlidingChunker's."""
-        queue = watch.run("order", lambda: self._sorted_queue(view))
+    def _decide(self, view: SchedulerView, watch: Stopwatch, triage: Triage | None) -> Plan:
+        """Order (and triage) the queue, unless `triage` is that of `view` already; the
+        BatchConstructor's plan if a prefill is at risk and its selection can be granted in
+        full; else the SlidingChunker's."""
+        queue = watch.run("order", lambda: self._sorted_queue(view, triage))
         budget = self.config.budget
         contexts = [r.num_computed for r in view.decoding]  # u_i of each decode
         costs = self._decode_costs(contexts) if contexts and self._reads_costs else None
@@ -231,21 +233,23 @@ class SlidingServePolicy(Policy):
             return None
         return self._admission_queue
 
-    def _unfit(self, view: SchedulerView) -> list[Request]:
+    def _unfit(self, view: SchedulerView) -> tuple[list[Request], Triage | None]:
         """The queue-aware admission test: the requests arrived since the last step (not
         protected, nothing computed) that do not fit, in deadline order, behind the live
         requests the ordering and triage keep among the others, at the triage's rate (the
         observed one without a triage) ÷ the budget's `time_margin`, the margin the budget
         keeps on the decode slack, × the share of the engine's time that is the model's
         (`core/queue_fit.py`); nor those that would take a decode-only step, with the
-        engine's time between steps, past the tightest TBT ÷ that margin (`admission.py`)."""
+        engine's time between steps, past the tightest TBT ÷ that margin (`admission.py`).
+        Also the triage of `view`, when nothing arrived (the step reuses it), else None."""
         fresh = [
             r
             for r in view.waiting
             if r.arrival > self._last_step and not r.protected and not r.num_computed
         ]
         established = view.without(fresh) if fresh else view
-        kept = self._triaged_queue(established).keep
+        triage = self._triaged_queue(established)
+        kept = triage.keep
         now = view.now
         queue = [
             QueuedPrefill(d, r.remaining_prefill) for r in kept if (d := r.next_deadline) > now
@@ -264,7 +268,8 @@ class SlidingServePolicy(Policy):
         admitted = sorted([*queue, *compress(new, answers)], key=attrgetter("deadline"))
         seats = decodes.seats(self._typical_context(kept, fresh))
         self._admission_queue = AdmissionQueue(now, rate, tuple(admitted), seats)
-        return [r for r, fits in zip(fresh, answers, strict=True) if not fits]
+        unfit = [r for r, fits in zip(fresh, answers, strict=True) if not fits]
+        return unfit, None if fresh else triage
 
     def _typical_context(self, kept: Sequence[Request], fresh: Sequence[Request]) -> int:
         """The context a new request is taken to decode over, for the seats published: the
@@ -278,9 +283,11 @@ class SlidingServePolicy(Policy):
             return self.rate.value
         return self._triage_rate(view, self.triage.config.rate)
 
-    def _sorted_queue(self, view: SchedulerView) -> list[Request]:
-        """The prefill queue in the ordering's order, requests the triage gives up last."""
-        triage = self._triaged_queue(view)
+    def _sorted_queue(self, view: SchedulerView, triage: Triage | None = None) -> list[Request]:
+        """The prefill queue in the ordering's order, requests the triage gives up last
+        (`triage`: that of `view`, when already made)."""
+        if triage is None:
+            triage = self._triaged_queue(view)
         return triage.keep + triage.give_up
 
     def _triaged_queue(self, view: SchedulerView) -> Triage:
