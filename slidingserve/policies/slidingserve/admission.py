@@ -109,6 +109,11 @@ class StepOverhead:
             OVERHEAD_DECAY * self.model_seconds + (1 - OVERHEAD_DECAY) * previous.duration
         )
 
+    def skip(self) -> None:
+        """The next iteration does not follow the last one observed: the simulator ran
+        decode-only steps between them without a record each (`on_decode_run`)."""
+        self._previous = None
+
     @property
     def model_share(self) -> float:
         """The share of a step's wall time that is the model's (1 without overhead)."""

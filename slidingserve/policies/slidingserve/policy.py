@@ -198,6 +198,11 @@ class SlidingServePolicy(Policy):
         if self.config.admission_test == "queue":
             self.overhead.observe(record)
 
+    def on_decode_run(self, durations: Sequence[float], num_decodes: int) -> None:
+        """A fast-forwarded run of decode-only steps: back to back, no overhead between
+        them, and the next record does not follow the last one."""
+        self.overhead.skip()
+
     def _initial_throughput(self) -> float:
         """ρ_0 from the predictor: tokens per second of a full prefill-only batch."""
         seconds = self.model.predict_shape(BatchShape((), ((self.max_tokens, 0),)))

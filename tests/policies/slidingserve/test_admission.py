@@ -57,3 +57,11 @@ def test_a_gap_after_a_step_without_decodes_is_idleness_not_overhead() -> None:
 def test_the_overhead_leaves_less_of_the_tbt_to_the_decodes() -> None:
     room = DecodeRoom(MODEL, [100] * 34, 0.05, 1.1, overhead=0.002)
     assert not room.take(make_request("a", tbt=0.05))  # 45 ms + 2 ms > 45.45 ms
+
+
+def test_a_fast_forwarded_run_between_two_records_is_not_overhead() -> None:
+    overhead = StepOverhead()
+    overhead.observe(record(0.0, 0.040, decodes=4))
+    overhead.skip()  # the simulator ran decode-only steps from 0.04 s to 2.0 s
+    overhead.observe(record(2.0, 0.040, decodes=4))
+    assert overhead.seconds == 0.0 and overhead.model_share == 1.0
