@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
+from slidingserve.core.prefix import Run, check_runs
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
@@ -100,6 +102,9 @@ class Request:
     num_preemptions: int = 0
     token_times: list[float] = field(default_factory=list)  # emission time of each token
     refused: bool = False  # finished at once by admission control, no token emitted
+    # The tokens of the prompt then the output as content runs (`core/prefix.py`), for a
+    # prefix cache; empty: unknown, nothing shared with any other request
+    content: tuple[Run, ...] = ()
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1:
@@ -108,6 +113,8 @@ class Request:
             raise ValueError(f"request {self.request_id}: output must have a token")
         if not math.isfinite(self.arrival) or self.arrival < 0:
             raise ValueError(f"request {self.request_id}: bad arrival time {self.arrival!r}")
+        if self.content:
+            check_runs(self.content, self.prompt_len + self.output_len, self.request_id)
 
     @property
     def protected(self) -> bool:
