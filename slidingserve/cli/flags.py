@@ -54,6 +54,12 @@ def add_setup_flags(parser: argparse.ArgumentParser) -> None:
         "--max-num-seqs", type=int, help=f"engine batch-size cap ({LIMITS.max_num_seqs})"
     )
     group.add_argument(
+        "--no-prefix-cache",
+        action="store_true",
+        help="switch off the prefix cache (on as in vLLM, where the workload says which "
+        "requests share text: Mooncake's hash_ids, a system prompt, conversations)",
+    )
+    group.add_argument(
         "--requests",
         type=int,
         help="requests per simulated run "

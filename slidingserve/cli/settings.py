@@ -4,7 +4,7 @@ defaults of every command (help texts print them from here).
 Precedence: built-in defaults < the file given with --config < flags. The file's tables:
 
     [hardware]   gpu, model, tp, noise, gpu_memory_utilization
-    [engine]     max_num_batched_tokens, max_num_seqs, block_size
+    [engine]     max_num_batched_tokens, max_num_seqs, block_size, prefix_caching
     [workload]   requests, arrival ("poisson" | "gamma" | "trace"), burstiness, slo
                  ("strict" | "relaxed"), slo_scale, trace_dir, tbt_reading ("cumulative" |
                  "per-gap"), trace_start, trace_spread
@@ -184,6 +184,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         "engine",
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_num_seqs=args.max_num_seqs,
+        prefix_caching=False if args.no_prefix_cache else None,
     )
     settings = override(settings, "workload", tbt_reading=args.tbt_reading, **workload_flags(args))
     return with_assignments(settings, args.set)
@@ -247,7 +248,7 @@ def hardware_config(settings: Settings) -> HardwareConfig:
 
 
 def engine_limits(settings: Settings) -> EngineLimits:
-    keys = ("max_num_batched_tokens", "max_num_seqs", "block_size")
+    keys = ("max_num_batched_tokens", "max_num_seqs", "block_size", "prefix_caching")
     return EngineLimits(**_take(settings["engine"], "engine", keys))
 
 

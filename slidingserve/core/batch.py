@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
-from slidingserve.core.request import DECODING, WAITING
+from slidingserve.core.request import DECODING
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -46,7 +46,8 @@ class BatchShape:
     @classmethod
     def from_chunks(cls, chunks: Iterable[tuple[Request, int]]) -> BatchShape:
         """The batch that runs these (request, tokens) pairs, by each request's phase before
-        the step; a waiting request has nothing cached (docs/design.md §3). Both engines time
+        the step; a waiting request's computed tokens are its prefix-cache hit (none without a
+        prefix cache; docs/design.md §3). Both engines time
         batches built here: the simulator its plans, the vLLM adapter what vLLM scheduled."""
         decodes: list[int] = []
         prefills: list[tuple[int, int]] = []
@@ -55,7 +56,7 @@ class BatchShape:
             if phase is DECODING:
                 decodes.append(request.num_computed)
             else:
-                prefills.append((tokens, 0 if phase is WAITING else request.num_computed))
+                prefills.append((tokens, request.num_computed))  # a waiting one: its prefix hit
         return cls(tuple(decodes), tuple(prefills))
 
     @classmethod

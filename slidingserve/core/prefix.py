@@ -47,7 +47,10 @@ def block_keys(runs: Sequence[Run], block_size: int) -> list[int]:
         offsets[segment] = start + tokens
         while tokens:
             taken = min(tokens, room)
-            pieces.append((segment, start, taken))
+            if pieces and pieces[-1][0] == segment and sum(pieces[-1][1:]) == start:
+                pieces[-1] = (segment, pieces[-1][1], pieces[-1][2] + taken)  # one stretch
+            else:
+                pieces.append((segment, start, taken))
             start, tokens, room = start + taken, tokens - taken, room - taken
             if not room:
                 key = hash((key, tuple(pieces)))

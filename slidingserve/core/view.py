@@ -21,10 +21,15 @@ class EngineLimits:
     max_num_batched_tokens: int = 2048  # B_max: tokens per iteration, decodes included
     max_num_seqs: int = 256  # requests per iteration (batch-size cap)
     block_size: int = 16  # tokens per KV block
+    # vLLM's automatic prefix caching, on by default as in vLLM: requests whose content is
+    # known share the cached blocks of their common prefix (`core/prefix_cache.py`)
+    prefix_caching: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size"):
             require_int(name, getattr(self, name))
+        if not isinstance(self.prefix_caching, bool):
+            raise ValueError(f"prefix_caching must be true or false, got {self.prefix_caching!r}")
 
 
 class KVView(Protocol):
@@ -49,7 +54,9 @@ class SchedulerView:
     """
 
     now: float  # seconds, from the engine's clock
-    waiting: Sequence[Request]  # arrived, nothing cached; arrival order (preempted first)
+    # arrived, nothing held; arrival order (preempted first). With a prefix cache, a waiting
+    # request's `num_computed` is the hit it would start with if scheduled now
+    waiting: Sequence[Request]
     running: Sequence[Request]  # prefilling and decoding together, admission order
     prefilling: Sequence[Request]  # partly prefilled; admission order
     decoding: Sequence[Request]  # generating; admission order

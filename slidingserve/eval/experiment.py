@@ -163,20 +163,23 @@ class AtGoodput(NamedTuple):
     tbt_p99: float  # seconds, p99 of every gap between tokens
     cumulative_violation: float  # fraction late under the cumulative deadlines
     per_gap_violation: float  # fraction late when every gap is held to L_tbt
+    prefix_hit_rate: float = math.nan  # the prefix cache's hit rate; NaN without one
 
     @classmethod
     def of(cls, result: SimulationResult | None) -> AtGoodput:
         if result is None:
             return cls(math.nan, math.nan, math.nan)
-        m = result.metrics
-        return cls(m.itl.p99, m.cumulative.overall, m.per_gap.overall)
+        m, hits = result.metrics, result.prefix_hit_rate
+        return cls(
+            m.itl.p99, m.cumulative.overall, m.per_gap.overall, math.nan if hits is None else hits
+        )
 
     @classmethod
     def mean(cls, runs: Sequence[AtGoodput]) -> AtGoodput:
         """Field by field, over the runs where a rate passed."""
         passed = [run for run in runs if not math.isnan(run.tbt_p99)]
         if not passed:
-            return cls(math.nan, math.nan, math.nan)
+            return cls(math.nan, math.nan, math.nan, math.nan)
         return cls(*(statistics.fmean(values) for values in zip(*passed, strict=True)))
 
 

@@ -43,13 +43,15 @@ def goodput_text(row: GoodputRow) -> str:
 
 def at_goodput_table(result: ExperimentResult, criterion: str | None = None) -> str:
     """Workloads down, policies across: at each seed's goodput rate, the p99 gap between
-    tokens (ms) and the share of requests with a gap over their TBT (per-gap reading)."""
+    tokens (ms) and the share of requests with a gap over their TBT (per-gap reading), and
+    the prefix cache's hit rate where the run had one."""
 
     def cell(row: GoodputRow) -> str:
         at = row.at_goodput
         if math.isnan(at.tbt_p99):
             return "n/a"
-        return f"{1000 * at.tbt_p99:.0f} ms ({100 * at.per_gap_violation:.1f}%)"
+        hits = "" if math.isnan(at.prefix_hit_rate) else f", {100 * at.prefix_hit_rate:.0f}% hits"
+        return f"{1000 * at.tbt_p99:.0f} ms ({100 * at.per_gap_violation:.1f}%{hits})"
 
     return _policy_grid(result, criterion, cell, bound=False)
 
@@ -204,6 +206,8 @@ def simulation_table(results: Sequence[SimulationResult]) -> str:
     `gap%` are the violating shares under each reading; TBT percentiles are of every gap."""
     header = ["policy", "workload", "rate", "viol%", "ttft%", "tbt%", "cum%", "gap%"]
     header += ["TTFT p50/p99 ms", "TBT p50/p99 ms", "TPOT p50 ms", "req/s", "tok/s"]
+    cached = any(result.prefix_hit_rate is not None for result in results)
+    header += ["prefix hits%"] if cached else []
     rows = []
     for result in results:
         row = result.to_row()
@@ -229,6 +233,9 @@ def simulation_table(results: Sequence[SimulationResult]) -> str:
                 f"{row['output_tps']:.0f}",
             ]
         )
+        if cached:
+            hits = result.prefix_hit_rate
+            rows[-1].append("off" if hits is None else _percent(hits))
     return format_table(header, rows)
 
 
@@ -320,6 +327,7 @@ def goodput_rows(result: ExperimentResult) -> list[dict[str, Any]]:
             "tbt_p99_ms_at_goodput": 1000 * row.at_goodput.tbt_p99,
             "cumulative_violation_at_goodput": row.at_goodput.cumulative_violation,
             "per_gap_violation_at_goodput": row.at_goodput.per_gap_violation,
+            "prefix_hit_rate_at_goodput": row.at_goodput.prefix_hit_rate,
             **_ratio_fields(reference, ratios.get((row.policy, row.workload, row.criterion))),
         }
         for row in result.rows

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from slidingserve.core.request import next_deadlines
+from slidingserve.core.request import WAITING, next_deadlines
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Sequence
@@ -95,11 +95,12 @@ class Relegation:
         return self._ids
 
     def relegate_if_hopeless(self, request: Request, now: float, rate: float) -> bool:
-        """Relegate `request` if it has not started (nothing cached), was never relegated
+        """Relegate `request` if it has not started (waiting: nothing of it held, though a
+        prefix-cache hit may count as computed), was never relegated
         and cannot finish its prefill by its deadline at `rate` tokens/s; return whether
         it was."""
         if (
-            request.num_computed == 0
+            request.phase is WAITING
             and request.request_id not in self._ids
             and cannot_finish_prefill(request, now, rate)
         ):

@@ -17,6 +17,7 @@ import numpy as np
 from slidingserve.core.batch import BatchShape
 from slidingserve.core.kv_blocks import KVBlockManager, blocks_for_tokens
 from slidingserve.core.plan import validate_plan
+from slidingserve.core.prefix_cache import PrefixCachingKV
 from slidingserve.core.request import Phase
 from slidingserve.core.view import EngineLimits
 from slidingserve.policies.base import IterationRecord
@@ -110,6 +111,21 @@ class SimulationRun:
     blocks_in_use_at_end: int  # KV blocks still held when all requests finished (should be 0)
     traces: dict[str, RequestTrace] = field(default_factory=dict)  # by request id, when
     # `trace_requests` is on
+    prefix_cache: PrefixCacheStats | None = None  # when the run had a prefix cache
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCacheStats:
+    """What a run's prefix cache saved, counted as vLLM counts it: at each start of a
+    request (a preempted one starts again), its prefill target and its hit."""
+
+    queried_tokens: int
+    hit_tokens: int
+
+    @property
+    def hit_rate(self) -> float:
+        """Share of the queried tokens found in the cache (0 when nothing was queried)."""
+        return self.hit_tokens / self.queried_tokens if self.queried_tokens else 0.0
 
 
 class Simulator:
@@ -133,9 +149,7 @@ class Simulator:
         self._check_fits(requests)
         tracer = RequestTracer(self.policy) if self.options.trace_requests else None
         state = EngineState(
-            sorted(requests, key=lambda r: r.arrival),
-            KVBlockManager(self.kv_blocks, self.limits.block_size),
-            tracer,
+            sorted(requests, key=lambda r: r.arrival), self._cache(requests), tracer
         )
         logs: list[IterationLog] = []
         counters = _Counters()
@@ -160,7 +174,15 @@ class Simulator:
             logs,
             state.kv.num_used,
             tracer.traces if tracer is not None else {},
+            _prefix_stats(state.kv),
         )
+
+    def _cache(self, requests: Sequence[Request]) -> KVBlockManager:
+        """The KV cache of a run: with a prefix cache when the limits ask for one and some
+        request's content is known (without, it would find nothing)."""
+        if self.limits.prefix_caching and any(request.content for request in requests):
+            return PrefixCachingKV(self.kv_blocks, self.limits.block_size)
+        return KVBlockManager(self.kv_blocks, self.limits.block_size)
 
     def _check_thrashing(self, counters: _Counters, num_requests: int) -> None:
         if counters.preemptions > MAX_PREEMPTIONS_PER_REQUEST * num_requests:
@@ -295,6 +317,12 @@ class Simulator:
         state.execute_decode_run(ends[:steps].tolist())
         self.policy.on_decode_run(durations[:steps].tolist(), num_decodes)
         return steps
+
+
+def _prefix_stats(kv: KVBlockManager) -> PrefixCacheStats | None:
+    if not isinstance(kv, PrefixCachingKV):
+        return None
+    return PrefixCacheStats(kv.queried_tokens, kv.hit_tokens)
 
 
 @dataclass(slots=True)

@@ -67,6 +67,8 @@ class SimulationResult:
     num_iterations: int
     num_preemptions: int
     wall_seconds: float  # host time the simulation took
+    prefix_hit_rate: float | None = None  # share of queried prompt tokens the prefix cache
+    # held (vLLM's reading); None when the run had no prefix cache
 
     @property
     def violations(self) -> ViolationRates:
@@ -101,6 +103,7 @@ class SimulationResult:
         for tier in self.tiers:
             row[f"violation_rate[{tier}]"] = self.tier_violations(tier).overall
         row.update(iterations=self.num_iterations, preemptions=self.num_preemptions)
+        row["prefix_hit_rate"] = self.prefix_hit_rate
         row["wall_s"] = self.wall_seconds
         return row
 
@@ -211,5 +214,6 @@ def _simulate(spec: SimulationSpec, rate: float, seed: int, record: bool) -> Rec
         num_iterations=run.num_iterations + run.num_fast_forwarded,
         num_preemptions=run.num_preemptions,
         wall_seconds=time.perf_counter() - started,
+        prefix_hit_rate=run.prefix_cache.hit_rate if run.prefix_cache is not None else None,
     )
     return RecordedRun(result, run)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING
 
+from slidingserve.core.prefix_cache import PrefixCachingKV
 from slidingserve.core.request import DECODING, FINISHED, PREFILLING, WAITING, Phase
 from slidingserve.core.view import SchedulerView
 
@@ -35,6 +36,7 @@ class EngineState:
         self.all_requests = requests_by_arrival
         self.kv = kv
         self.tracer = tracer
+        self._prefix = kv if isinstance(kv, PrefixCachingKV) else None
         self.now = 0.0
         self.waiting: list[Request] = []
         self.running: list[Request] = []
@@ -83,6 +85,10 @@ class EngineState:
         """The policy's view; `admit` False after a preemption in this iteration (as vLLM),
         unless nothing is running any more."""
         admit = admit or not self.running
+        if self._prefix is not None:
+            lookup = self._prefix.lookup
+            for request in self.waiting:
+                request.num_computed = lookup(request)
         return SchedulerView.from_queues(
             self.now, self.waiting, self.running, limits, self.kv, admit, self._decode_blocks
         )

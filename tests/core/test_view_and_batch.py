@@ -35,10 +35,12 @@ def test_a_batch_counts_each_request_by_its_phase_before_the_step() -> None:
     assert (shape.num_tokens, shape.num_prefill_tokens, shape.decode_kv) == (151, 150, 42)
 
 
-def test_a_waiting_request_has_nothing_cached_whatever_its_count_says() -> None:
-    # vLLM can keep blocks for a waiting request (a KV transfer): it still prefills from 0.
-    held = make_request("h", prompt=64, computed=32, phase=Phase.WAITING)
-    assert BatchShape.from_chunks([(held, 64)]) == BatchShape((), ((64, 0),))
+def test_a_waiting_request_s_prefix_hit_is_the_context_of_its_first_chunk() -> None:
+    # With a prefix cache, a waiting request counts its hit as computed: its chunk reads it.
+    hit = make_request("h", prompt=64, computed=32, phase=Phase.WAITING)
+    assert BatchShape.from_chunks([(hit, 32)]) == BatchShape((), ((32, 32),))
+    fresh = make_request("f", prompt=64, phase=Phase.WAITING)
+    assert BatchShape.from_chunks([(fresh, 64)]) == BatchShape((), ((64, 0),))
 
 
 def test_a_plan_s_batch_is_the_batch_of_its_chunks() -> None:

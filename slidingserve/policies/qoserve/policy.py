@@ -11,8 +11,8 @@ Points of the published algorithm that had to be interpreted, and the choice mad
    next token (`Request.next_deadline`) for a_i + L_ttft_i: the same for every request
    not yet preempted; for one preempted by recompute after emitting tokens, the deadline
    of the token it emits next.
-2. Not started = nothing in the KV cache (`num_computed == 0`): every waiting request,
-   including one that lost its cache to a preemption.
+2. Not started = nothing of it held in the KV cache (waiting): every waiting request,
+   including one that lost its cache to a preemption or starts from a prefix-cache hit.
 3. The heap is a sort at every iteration with the same key; ties by arrival, then by
    queue order (prefilling before waiting). Relegated requests keep that order among
    themselves, behind every other one. The protection flag g_i plays no part (QoServe

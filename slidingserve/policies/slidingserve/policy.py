@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 from slidingserve.core.batch import BatchShape
 from slidingserve.core.plan import Plan, PlanBuilder
 from slidingserve.core.queue_fit import AdmissionQueue, QueuedPrefill, admit_in_turn
-from slidingserve.core.request import Phase
+from slidingserve.core.request import WAITING, Phase
 from slidingserve.policies.base import Policy, PolicyContext
 from slidingserve.policies.common import (
     PrefillRateEma,
@@ -250,7 +250,7 @@ class SlidingServePolicy(Policy):
         fresh = [
             r
             for r in view.waiting
-            if r.arrival > self._last_step and not r.protected and not r.num_computed
+            if r.arrival > self._last_step and not r.protected and r.phase is WAITING
         ]
         established = view.without(fresh) if fresh else view
         triage = self._triaged_queue(established)

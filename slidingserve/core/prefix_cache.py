@@ -1,0 +1,195 @@
+"""A KV cache that keeps computed blocks for the requests that share them: vLLM's prefix cache.
+
+Every full block of a request whose content is known (`Request.content`) is cached under
+its chain key (`core/prefix.py`) once computed, prompt or output alike. A request that has
+not started finds its *hit*: the leading blocks of its tokens whose keys are resident, at
+most its prefill target less one token (vLLM always computes the last token, whose logits
+it needs), block by block. It starts with those tokens computed and shares their blocks.
+
+A block is *resident* while its key is in the cache: held by one or more requests, or
+free but not yet reused. Freed blocks join the free pool in least-recently-used order, a
+request's tail first, so that its prefix outlives its tail (vLLM's order); taking a block
+from the pool evicts its key. So the cache competes with running requests for the same
+blocks and `num_free` counts the free blocks that still hold a key, as vLLM's does.
+
+What a policy reads stays exact: for a request that has not started, `held` is the number
+of its hit blocks that running requests already hold (those cost nothing to share), so
+`extra_blocks` charges the hit blocks that leave the free pool plus the new ones. Hits are
+read without changing anything (`lookup`); they take effect when the request's first chunk
+is allocated, before any other allocation of that iteration, so that no allocation of the
+same step evicts a hit it relies on. A request without known content shares nothing.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from slidingserve.core.kv_blocks import KVBlockManager
+from slidingserve.core.prefix import block_keys
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from slidingserve.core.request import Request
+
+
+class PrefixCachingKV(KVBlockManager):
+    """`KVBlockManager` with a prefix cache (module docstring). `lookup` before planning;
+    `queried_tokens` and `hit_tokens` count the prefill targets of started requests and
+    the tokens their hits saved, as vLLM's prefix-cache statistics do."""
+
+    def __init__(self, num_blocks: int, block_size: int = 16) -> None:
+        super().__init__(num_blocks, block_size)
+        self._tables: dict[str, list[int | None]] = {}  # held blocks: key, or None (uncached)
+        self._keys: dict[str, list[int]] = {}  # each request's block keys, by request id
+        self._refs: dict[int, int] = {}  # resident keys: how many requests hold each
+        self._pool: OrderedDict[int, None] = OrderedDict()  # free resident keys, LRU first
+        self._plain_free = num_blocks  # free blocks without a key
+        self._evictions = 0  # keys evicted so far: a lookup is reused while it is unchanged
+        self._looked: dict[str, tuple[int, int, int]] = {}  # id -> (hit, shared, evictions)
+        self.queried_tokens = 0
+        self.hit_tokens = 0
+
+    # -- reading -----------------------------------------------------------------------
+
+    @property
+    def num_free(self) -> int:
+        return self._plain_free + len(self._pool)
+
+    @num_free.setter
+    def num_free(self, value: int) -> None:
+        """The base class sets it once in `__init__`; every later count comes from the pool."""
+
+    def held(self, request: Request) -> int:
+        table = self._tables.get(request.request_id)
+        if table is not None:
+            return len(table)
+        return self._looked_shared(request)
+
+    def lookup(self, request: Request) -> int:
+        """Tokens of `request`'s prefill target already resident (a block multiple, at most
+        the target less one); 0 without content or once it holds blocks. Changes nothing."""
+        if not request.content or request.request_id in self._tables:
+            return 0
+        keys = self._keys_of(request)
+        most = min(len(keys), (request.prefill_target - 1) // self.block_size)
+        hit, _, evictions = self._looked.get(request.request_id, (0, 0, -1))
+        if evictions != self._evictions:
+            hit = 0  # a key may have gone: start over
+        hit = min(hit, most)
+        refs = self._refs
+        while hit < most and keys[hit] in refs:
+            hit += 1
+        shared = sum(1 for key in keys[:hit] if refs[key])
+        self._looked[request.request_id] = (hit, shared, self._evictions)
+        return hit * self.block_size
+
+    def _looked_shared(self, request: Request) -> int:
+        """Hit blocks of a request that has not started that running requests hold, as of its
+        last `lookup` (0 if its computed tokens are not that hit)."""
+        looked = self._looked.get(request.request_id)
+        if looked is None or looked[2] != self._evictions:
+            return 0
+        hit, shared, _ = looked
+        return shared if request.num_computed == hit * self.block_size else 0
+
+    def extra_blocks(self, request: Request, new_tokens: int) -> int:
+        needed = -(-(request.num_computed + new_tokens) // self.block_size)
+        extra = needed - self.held(request)
+        return extra if extra > 0 else 0
+
+    def next_token_blocks(self, requests: Iterable[Request]) -> int:
+        return sum(self.extra_blocks(request, 1) for request in requests)
+
+    def extra_blocks_each(self, growths: Iterable[tuple[Request, int]]) -> int:
+        return sum(self.extra_blocks(request, tokens) for request, tokens in growths)
+
+    # -- changing ----------------------------------------------------------------------
+
+    def grow_each(self, growths: Iterable[tuple[Request, int]]) -> None:
+        """Allocate each growth in turn, after every starting request has taken its hit."""
+        growths = list(growths)
+        for request, _ in growths:
+            if request.request_id not in self._tables:
+                self._start(request)
+        for request, new_tokens in growths:
+            self._grow(request, new_tokens)
+
+    def free(self, request: Request) -> None:
+        table = self._tables.pop(request.request_id, None)
+        self._looked.pop(request.request_id, None)
+        if table is None:
+            return
+        refs, pool = self._refs, self._pool
+        for key in reversed(table):  # the tail first: evicted before the prefix
+            if key is None:
+                self._plain_free += 1
+                continue
+            refs[key] -= 1
+            if not refs[key]:
+                pool[key] = None
+
+    def _start(self, request: Request) -> None:
+        """Share `request`'s hit (its computed tokens, read by `lookup`) and count it."""
+        hit = request.num_computed // self.block_size
+        if request.num_computed % self.block_size:
+            raise RuntimeError(
+                f"request {request.request_id} starts at {request.num_computed} computed "
+                f"tokens, not a hit of whole blocks"
+            )
+        keys = self._keys_of(request) if hit else []
+        table: list[int | None] = []
+        refs, pool = self._refs, self._pool
+        for key in keys[:hit]:
+            if key not in refs:
+                raise RuntimeError(
+                    f"request {request.request_id}: a hit block was evicted before it started"
+                )
+            if not refs[key]:
+                del pool[key]
+            refs[key] += 1
+            table.append(key)
+        self._tables[request.request_id] = table
+        self._looked.pop(request.request_id, None)
+        self.queried_tokens += request.prefill_target
+        self.hit_tokens += request.num_computed
+
+    def _grow(self, request: Request, new_tokens: int) -> None:
+        table = self._tables[request.request_id]
+        computed = request.num_computed + new_tokens
+        extra = -(-computed // self.block_size) - len(table)
+        if extra > self.num_free:
+            raise RuntimeError(
+                f"KV over-commit: request {request.request_id} needs {extra} blocks, "
+                f"{self.num_free} free"
+            )
+        for _ in range(extra):
+            self._take_block()
+            table.append(None)
+        if request.content:
+            self._cache_full_blocks(request, table, computed)
+
+    def _take_block(self) -> None:
+        if self._plain_free:
+            self._plain_free -= 1
+            return
+        key, _ = self._pool.popitem(last=False)  # the least recently used
+        del self._refs[key]
+        self._evictions += 1
+
+    def _cache_full_blocks(self, request: Request, table: list[int | None], computed: int) -> None:
+        """Give a key to each block that became full, unless another block holds it."""
+        keys = self._keys_of(request)
+        first = request.num_computed // self.block_size  # before this growth
+        refs = self._refs
+        for index in range(first, min(computed // self.block_size, len(keys))):
+            if table[index] is None and keys[index] not in refs:
+                refs[keys[index]] = 1
+                table[index] = keys[index]
+
+    def _keys_of(self, request: Request) -> list[int]:
+        keys = self._keys.get(request.request_id)
+        if keys is None:
+            keys = self._keys[request.request_id] = block_keys(request.content, self.block_size)
+        return keys
