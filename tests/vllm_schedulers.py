@@ -47,11 +47,14 @@ def make_scheduler(
     blocks: int = 1000,
     *,
     async_scheduling: bool = False,
+    prefix_caching: bool = False,
     **extra: Any,
 ) -> SlidingServeScheduler:
     """A scheduler without a model and `blocks` KV blocks of `BLOCK` tokens; `extra` are
     more adapter settings (e.g. `predictor`). With `async_scheduling`, the engine's config
-    says so as on a GPU (vLLM's CPU platform turns it off in the config it checks)."""
+    says so as on a GPU (vLLM's CPU platform turns it off in the config it checks). Every
+    `engine_request` of one length has the same tokens: with `prefix_caching` they share
+    their prefixes."""
     (tmp_path / "config.json").write_text(json.dumps(CONFIG_ONLY))
     model = ModelConfig(
         model=str(tmp_path), skip_tokenizer_init=True, dtype="float32", max_model_len=1024
@@ -64,7 +67,7 @@ def make_scheduler(
         is_encoder_decoder=False,
         async_scheduling=False,
     )
-    cache = CacheConfig(block_size=BLOCK, enable_prefix_caching=False)
+    cache = CacheConfig(block_size=BLOCK, enable_prefix_caching=prefix_caching)
     settings = {
         "policy": policy,
         "policy_options": options or {},

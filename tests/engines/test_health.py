@@ -83,12 +83,22 @@ def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def test_the_log_line_names_every_count() -> None:
-    line = HealthCounts(1234, 3, 2, 1, 5, 7, 11, 13).line()
+    line = HealthCounts(1234, 3, 2, 1, 5, 7, 11, 13, 800, 200).line()
     assert line == (
         "slidingserve: 1234 steps, 3 fell back to vLLM (empty plan), 2 plan mismatches, "
         "1 failed refits, 5 failed policy refits, 7 preemptions, 11 policy errors, "
-        "13 dropped samples"
+        "13 dropped samples, 25.0% prefix-cache hits"
     )
+
+
+def test_the_prefix_cache_s_tokens_add_up_over_steps() -> None:
+    health, _, _ = make_health()
+    health.step(fell_back=False, mismatch=False, prefix_queried=300, prefix_hit=0)
+    health.step(fell_back=False, mismatch=False, prefix_queried=100, prefix_hit=96)
+    counts = health.counts
+    assert (counts.prefix_queried_tokens, counts.prefix_hit_tokens) == (400, 96)
+    assert counts.prefix_hit_rate == pytest.approx(0.24)
+    assert HealthCounts(0, 0, 0, 0, 0, 0, 0, 0).prefix_hit_rate == 0.0
 
 
 def test_steps_fallbacks_mismatches_and_preemptions_are_counted_apart() -> None:
@@ -204,7 +214,7 @@ def test_prometheus_counters_follow_the_counts() -> None:
         health.step(fell_back=fell_back, mismatch=mismatch)
     learner.num_listener_failures, learner.num_dropped = 2, 6
     fail(health, 3)
-    health.step(fell_back=True, mismatch=False, preempted=4)
+    health.step(fell_back=True, mismatch=False, preempted=4, prefix_queried=64, prefix_hit=32)
     values = {
         name: registry.get_sample_value(f"slidingserve:{name}_total")
         for name in HealthCounts._fields
@@ -218,6 +228,8 @@ def test_prometheus_counters_follow_the_counts() -> None:
         "preemptions": 4.0,
         "policy_errors": 3.0,
         "dropped_samples": 6.0,
+        "prefix_queried_tokens": 64.0,
+        "prefix_hit_tokens": 32.0,
     }
 
 

@@ -71,6 +71,7 @@ from slidingserve.engines.vllm.load_record import (
 )
 from slidingserve.engines.vllm.mirror import RequestMirror
 from slidingserve.engines.vllm.periods import MAX_PERIODS
+from slidingserve.engines.vllm.prefix_hits import PrefixHits
 from slidingserve.engines.vllm.refusals import Refusals
 from slidingserve.engines.vllm.runtime import AdapterSettings, async_unsupported
 from slidingserve.engines.vllm.timing import StepTimer
@@ -84,10 +85,12 @@ ONLINE_CONFIG = OnlineConfig(refit_every=200, refit_interval=10.0, min_samples=1
 
 
 class VllmKV:
-    """The policy's window on vLLM's KV cache."""
+    """The policy's window on vLLM's KV cache; a waiting request holds the blocks of its
+    prefix-cache hit that running requests hold already (`prefix_hits.py`)."""
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(self, scheduler: Scheduler, hits: PrefixHits) -> None:
         self._scheduler = scheduler
+        self._hits = hits
 
     @property
     def num_free(self) -> int:
@@ -99,7 +102,7 @@ class VllmKV:
 
     def held(self, request: Any) -> int:
         if request.phase is Phase.WAITING:
-            return 0
+            return self._hits.shared_blocks(request.request_id)
         return len(self._scheduler.kv_cache_manager.get_block_ids(request.request_id)[0])
 
 
@@ -143,7 +146,8 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         if self.settings.online_learning:
             self.learner.start()
         self.mirror = RequestMirror()
-        self.kv_view = VllmKV(self)
+        self.prefix_hits = PrefixHits()  # the waiting requests' hits, during a plan
+        self.kv_view = VllmKV(self, self.prefix_hits)
         self.imposer = PlanImposer(self, budget)
         self.timer = StepTimer(
             self.learner,
@@ -258,10 +262,16 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         self.timer.vllm_started()
         output = super().schedule(*args, **kwargs)
         self.timer.vllm_done()
+        self.prefix_hits.clear()  # read again at the next plan: nothing kept between steps
         outcome = self.imposer.release(plan, output.num_scheduled_tokens)
         preempted = len(output.preempted_req_ids or ())
+        queried, hit = self._admitted_prefixes(output)
         self.health.step(
-            fell_back=outcome.fell_back, mismatch=outcome.mismatch, preempted=preempted
+            fell_back=outcome.fell_back,
+            mismatch=outcome.mismatch,
+            preempted=preempted,
+            prefix_queried=queried,
+            prefix_hit=hit,
         )
         self.timer.step_scheduled(plan, self.mirror.batch(output.num_scheduled_tokens), output)
         return output
@@ -282,7 +292,25 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
 
     def _view(self, now: float) -> SchedulerView:
         waiting = itertools.chain(self.kv_holding_waiting, self.waiting)
-        return self.mirror.view(now, waiting, self.running, self.limits, self.kv_view)
+        view = self.mirror.view(now, waiting, self.running, self.limits, self.kv_view)
+        for request_id, tokens in self.prefix_hits.read(
+            self.kv_cache_manager, self.waiting
+        ).items():
+            mirror = self.mirror.get(request_id)
+            if mirror is not None:
+                mirror.num_computed = tokens  # it starts from its hit, as in the simulator
+        return view
+
+    def _admitted_prefixes(self, output: Any) -> tuple[int, int]:
+        """Tokens of the requests admitted for the first time this step and those their
+        prefix-cache hits saved (vLLM's prefix-cache statistics, first admissions only)."""
+        queried = hit = 0
+        for new in output.scheduled_new_reqs:
+            request = self.requests.get(new.req_id)
+            if request is not None:
+                queried += int(request.num_prompt_tokens)
+                hit += int(new.num_computed_tokens)
+        return queried, hit
 
     def _reserve_prefill_lookahead(
         self, request: EngineRequestType, num_computed_tokens: int, num_new_tokens: int

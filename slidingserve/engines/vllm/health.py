@@ -51,6 +51,8 @@ class HealthCounts(NamedTuple):
     preemptions: int  # requests vLLM preempted (its KV ran short), over all steps
     policy_errors: int  # calls of the policy (`schedule`, `on_iteration_end`) that raised
     dropped_samples: int  # measured step times the online learner dropped as garbage
+    prefix_queried_tokens: int = 0  # prompt tokens of requests admitted for the first time
+    prefix_hit_tokens: int = 0  # of those, the tokens found in the prefix cache
 
     def line(self) -> str:
         """The server-log line of these counts."""
@@ -59,8 +61,16 @@ class HealthCounts(NamedTuple):
             f"(empty plan), {self.plan_mismatches} plan mismatches, {self.failed_refits} "
             f"failed refits, {self.failed_policy_refits} failed policy refits, "
             f"{self.preemptions} preemptions, {self.policy_errors} policy errors, "
-            f"{self.dropped_samples} dropped samples"
+            f"{self.dropped_samples} dropped samples, {self.prefix_hit_rate:.1%} prefix-cache "
+            f"hits"
         )
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        """Share of the admitted prompt tokens found in the prefix cache (0 before any)."""
+        if not self.prefix_queried_tokens:
+            return 0.0
+        return self.prefix_hit_tokens / self.prefix_queried_tokens
 
 
 STATE_HELP = {
@@ -121,6 +131,8 @@ class AdapterHealth:
         self.plan_mismatches = 0
         self.preemptions = 0
         self.policy_errors = 0
+        self.prefix_queried_tokens = 0
+        self.prefix_hit_tokens = 0
         self._learner = learner
         self._interval = log_interval  # seconds
         self._clock = clock
@@ -143,6 +155,8 @@ class AdapterHealth:
             self.preemptions,
             self.policy_errors,
             learner.num_dropped,
+            self.prefix_queried_tokens,
+            self.prefix_hit_tokens,
         )
 
     @property
@@ -150,14 +164,25 @@ class AdapterHealth:
         """The sizes of the adapter's structures now (empty without a `sizes` source)."""
         return dict(self._sizes()) if self._sizes is not None else {}
 
-    def step(self, *, fell_back: bool, mismatch: bool, preempted: int = 0) -> None:
+    def step(
+        self,
+        *,
+        fell_back: bool,
+        mismatch: bool,
+        preempted: int = 0,
+        prefix_queried: int = 0,
+        prefix_hit: int = 0,
+    ) -> None:
         """Count one step (did vLLM fill an empty plan? depart from a plan? how many
-        requests did it preempt?), export the counts and sizes, and log them if the
-        interval has passed since the last line."""
+        requests did it preempt? how many prompt tokens did it admit, and find cached?),
+        export the counts and sizes, and log them if the interval has passed since the
+        last line."""
         self.steps += 1
         self.empty_plans += fell_back
         self.plan_mismatches += mismatch
         self.preemptions += preempted
+        self.prefix_queried_tokens += prefix_queried
+        self.prefix_hit_tokens += prefix_hit
         if self._metrics is not None:
             self._metrics.publish(self.counts)
         self.state_changed()
@@ -288,6 +313,8 @@ _HELP = {
     "preemptions": "Requests vLLM preempted under the SlidingServe adapter.",
     "policy_errors": "Calls of the SlidingServe policy that raised (vLLM scheduled instead).",
     "dropped_samples": "Measured step times the online learner dropped as garbage.",
+    "prefix_queried_tokens": "Prompt tokens of requests admitted for the first time.",
+    "prefix_hit_tokens": "Prompt tokens of first admissions found in the prefix cache.",
 }
 
 

@@ -57,7 +57,6 @@ CPU_ENGINE_DEFAULTS: Mapping[str, Any] = {
     "enforce_eager": True,  # no torch.compile: 5 s startup instead of 30
     "dtype": "float32",  # the CPU backend would downcast to bf16
     "block_size": CPU_ENGINE_LIMITS.block_size,
-    "enable_prefix_caching": False,  # a cache hit would change the planned token counts
     "enable_chunked_prefill": True,  # the policies plan prefill chunks
 }
 """Keyword arguments of `LLM(...)` / `EngineArgs` that work with the adapter on a CPU."""
