@@ -40,14 +40,17 @@ def jsonl(tmp_path: Path, name: str, rows: list[tuple[int, int, list[int]]]) -> 
     return str(path)
 
 
-def replayed(paths: list[str], max_model_len: int = 8192, **options: object) -> list[Request]:
+def replayed(
+    paths: list[str], max_model_len: int = 8192, options: dict[str, object] | None = None
+) -> list[Request]:
+    """Every row of the files replayed (seed 0, 1 req/s), with `WorkloadConfig` `options`."""
     count = sum(len(Path(p).read_text().splitlines()) - p.endswith(".csv") for p in paths)
     config = WorkloadConfig(
         TRACE_WORKLOAD,
         count,
         ArrivalConfig("trace"),
         traces=tuple(TraceSource(p) for p in paths),
-        **options,  # type: ignore[arg-type]
+        **(options or {}),  # type: ignore[arg-type]
     )
     return generate_requests(config, 1.0, 0, max_model_len)
 
@@ -115,7 +118,8 @@ def test_resampled_rows_carry_no_content(tmp_path: Path) -> None:
 def test_the_trace_block_size_sets_the_tokens_per_id(tmp_path: Path) -> None:
     rows = [(256, 1, [3, 4]), (256, 1, [3, 9])]
     first, second = (
-        prompt_keys(r) for r in replayed([jsonl(tmp_path, "a", rows)], trace_block_size=128)
+        prompt_keys(r)
+        for r in replayed([jsonl(tmp_path, "a", rows)], options={"trace_block_size": 128})
     )
     assert first[:8] == second[:8] and first[8] != second[8]  # 128 tokens = 8 blocks of 16
 
@@ -125,4 +129,4 @@ def test_synthetic_prefixes_are_refused_on_a_replay(tmp_path: Path, option: str)
     value = SystemPrompt(100) if option == "system_prompt" else Conversations(3)
     options: dict[str, object] = {option: value}
     with pytest.raises(ValueError, match="replayed trace's recorded lengths"):
-        replayed([jsonl(tmp_path, "a", ROWS)], **options)
+        replayed([jsonl(tmp_path, "a", ROWS)], options=options)
