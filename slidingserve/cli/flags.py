@@ -11,6 +11,8 @@ from typing import Any
 
 from slidingserve.cli.settings import EXPERIMENT, HARDWARE, LIMITS, RUN_REQUESTS
 from slidingserve.eval.goodput import SearchSettings
+from slidingserve.workloads import TRACE_BLOCK_SIZE
+from slidingserve.workloads.prefixes import CONCURRENT_CONVERSATIONS
 
 
 def positive_float(text: str) -> float:
@@ -113,6 +115,24 @@ def add_workload_flags(group: Any) -> None:
         "--trace-start",
         type=int,
         help="--arrival trace: seed 0's window starts at this row (seed k: k × --requests on)",
+    )
+    group.add_argument(
+        "--trace-block-size",
+        type=int,
+        help=f"--arrival trace: prompt tokens per hash id of a trace ({TRACE_BLOCK_SIZE})",
+    )
+    group.add_argument(
+        "--system-prompt",
+        metavar="TOKENS[:SHARE]",
+        help="a shared system prompt of TOKENS tokens before the prompts of a SHARE (default 1) "
+        "of the requests, chosen at random (not with --arrival trace)",
+    )
+    group.add_argument(
+        "--conversations",
+        metavar="TURNS[:CONCURRENT]",
+        help="multi-turn conversations of TURNS turns, CONCURRENT (default "
+        f"{CONCURRENT_CONVERSATIONS}) at once: a turn's prompt holds the previous turn's prompt "
+        "and output (not with --arrival trace)",
     )
 
 

@@ -7,7 +7,10 @@ Precedence: built-in defaults < the file given with --config < flags. The file's
     [engine]     max_num_batched_tokens, max_num_seqs, block_size, prefix_caching
     [workload]   requests, arrival ("poisson" | "gamma" | "trace"), burstiness, slo
                  ("strict" | "relaxed"), slo_scale, trace_dir, tbt_reading ("cumulative" |
-                 "per-gap"), trace_start, trace_spread
+                 "per-gap"), trace_start, trace_spread, trace_block_size, system_prompt
+                 ("TOKENS[:SHARE]" or a table: tokens, share), conversations
+                 ("TURNS[:CONCURRENT]" or a table: turns, concurrent); the last three only
+                 for one-run commands (simulate, diagnose, bench), not goodput or regimes
     [[workload.traces]]  path, class, weight, columns (a table: prompt, output, time,
                  time_unit); or `traces = ["a.csv:conversational:3", ...]`
     [workload.overload]  start, duration (seconds), factor
@@ -43,7 +46,9 @@ from slidingserve.sim.hardware import HardwareConfig
 from slidingserve.workloads import (
     TRACE_WORKLOAD,
     ArrivalConfig,
+    Conversations,
     OverloadWindow,
+    SystemPrompt,
     Tier,
     TierMix,
     TraceColumns,
@@ -206,6 +211,9 @@ def workload_flags(args: argparse.Namespace) -> dict[str, Any]:
         "trace_columns": args.trace_columns,
         "trace_start": args.trace_start,
         "trace_spread": args.trace_spread,
+        "trace_block_size": args.trace_block_size,
+        "system_prompt": args.system_prompt,
+        "conversations": args.conversations,
     }
 
 
@@ -252,6 +260,8 @@ def engine_limits(settings: Settings) -> EngineLimits:
     return EngineLimits(**_take(settings["engine"], "engine", keys))
 
 
+PREFIX_KEYS = ("trace_block_size", "system_prompt", "conversations")
+"""[workload] keys on shared prefixes, taken by `WorkloadConfig` (one run) only."""
 WORKLOAD_KEYS = (
     "requests",
     "tiers",
@@ -267,6 +277,7 @@ WORKLOAD_KEYS = (
     "trace_start",
     "trace_columns",
     "trace_spread",
+    *PREFIX_KEYS,
 )
 SHARED_WORKLOAD_FIELDS = {
     "requests": "num_requests",
@@ -320,6 +331,31 @@ def _trace_source(entry: Any, columns: TraceColumns | None) -> TraceSource:
         else columns,
         **given,
     )
+
+
+def prefix_options(settings: Settings) -> dict[str, Any]:
+    """The [workload] prefix keys given, as `WorkloadConfig` fields: `trace_block_size`,
+    `system_prompt` and `conversations` (each a string as its flag, or a table)."""
+    table = _workload_table(settings)
+    options = _given(table, {"trace_block_size": "trace_block_size"})
+    if "system_prompt" in table:
+        options["system_prompt"] = _option(
+            table["system_prompt"], SystemPrompt, ("tokens", "share"), "system_prompt"
+        )
+    if "conversations" in table:
+        options["conversations"] = _option(
+            table["conversations"], Conversations, ("turns", "concurrent"), "conversations"
+        )
+    return options
+
+
+def _option(value: Any, kind: Any, keys: tuple[str, ...], name: str) -> Any:
+    """A prefix option from its flag's string (`kind.parse`) or a table of `keys`."""
+    if isinstance(value, str):
+        return kind.parse(value)
+    if isinstance(value, dict):
+        return kind(**_take(value, f"workload.{name}", keys))
+    raise ValueError(f"[workload] {name} must be a string or a table, got {value!r}")
 
 
 def arrival_config(settings: Settings) -> ArrivalConfig:
@@ -406,6 +442,7 @@ def workload_config(settings: Settings, name: str, default_requests: int) -> Wor
         tiers=tier_mix(settings),
         traces=trace_sources(settings),
         **given,
+        **prefix_options(settings),
     )
 
 
@@ -436,6 +473,12 @@ def experiment_from(settings: Settings) -> GoodputExperiment:
             f"reference policy {table['reference']!r} is not among {', '.join(policies)}"
         )
     workload = _workload_table(settings)
+    given = sorted(set(PREFIX_KEYS) & set(workload))
+    if given:
+        raise ValueError(
+            f"[workload] {', '.join(given)}: shared prefixes are options of one run (simulate, "
+            "diagnose); goodput and regimes do not take them yet"
+        )
     return GoodputExperiment(
         policies=policies,
         workloads=workload_names(settings, table.get("workloads"), EXPERIMENT.workloads),

@@ -59,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
     setup = f"{hardware.gpu} {hardware.model} TP{hardware.tp}"
     print(f"{setup}, latency model:\n{latency_model_lines(hardware)}\n")
     for workload in workloads:
-        print(workload_note(workload, hardware.model_spec().max_model_len, args.seed))
+        note = workload_note(workload, hardware.model_spec().max_model_len, args.seed)
+        prefixes = workload.prefix_note()
+        print(f"{note}; {prefixes}" if prefixes else note)
     _print_tables(results)
     if args.out:
         _write_results(args.out, [result.to_row() for result in results])

@@ -11,13 +11,18 @@ from typing import TYPE_CHECKING, Any
 
 from slidingserve.cli import settings as cfg
 from slidingserve.reporting import format_table, write_json
-from slidingserve.workloads.trace_files import TraceColumns, read_trace_file
+from slidingserve.workloads.trace_files import TRACE_BLOCK_SIZE, TraceColumns, read_trace_file
 from slidingserve.workloads.trace_stats import MIN_MINUTE_ARRIVALS, trace_stats
 from slidingserve.workloads.traces import TraceFormatError
 
 if TYPE_CHECKING:
     from slidingserve.workloads.trace_files import TimedTrace
-    from slidingserve.workloads.trace_stats import ArrivalStats, LengthStats, TraceStats
+    from slidingserve.workloads.trace_stats import (
+        ArrivalStats,
+        BlockStats,
+        LengthStats,
+        TraceStats,
+    )
 
 STATS_FILE = "trace_stats.json"
 
@@ -32,7 +37,8 @@ def add_parser(commands: Any) -> None:
             "CSV) and prints its rows, prompt and output length quantiles, the share of "
             "prompts over 4k, 8k and 32k contexts and, when it records arrival times, its "
             "duration, mean rate and burstiness: the CV of the gaps between arrivals, of the "
-            "arrivals per second, and of the gaps within each minute (definitions in "
+            "arrivals per second, and of the gaps within each minute, and, when it records "
+            "hash_ids, the share of prompt blocks that repeat an earlier row's (definitions in "
             "slidingserve/workloads/trace_stats.py). Writes <file stem>.png for each file and "
             f"{STATS_FILE} for all to --out-dir. A file that cannot be read is reported and "
             "the others still described (exit status 2)."
@@ -51,6 +57,12 @@ def add_parser(commands: Any) -> None:
         help="where the files go (default %(default)s)",
     )
     parser.add_argument("--no-plot", action="store_true", help="write no PNG")
+    parser.add_argument(
+        "--trace-block-size",
+        type=int,
+        default=TRACE_BLOCK_SIZE,
+        help="prompt tokens per hash id, for the report (default %(default)s)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -69,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         stats = trace_stats(trace)
         if described:
             print()
-        print(describe(stats, path))
+        print(describe(stats, path, args.trace_block_size))
         described.append((path, trace, stats))
     if described:
         for written in _write(described, errors, args.out_dir, plot=not args.no_plot):
@@ -77,12 +89,16 @@ def run(args: argparse.Namespace) -> int:
     return 2 if errors else 0
 
 
-def describe(stats: TraceStats, path: Path) -> str:
-    """A block of text: the file, its rows, arrivals and lengths."""
+def describe(stats: TraceStats, path: Path, block_size: int = TRACE_BLOCK_SIZE) -> str:
+    """A block of text: the file, its rows, arrivals, prompt blocks and lengths."""
     shares = ", ".join(
         f"{share:.1%} over {context:,}" for context, share in stats.prompt_share_over.items()
     )
-    labelled = [*_arrival_lines(stats.arrivals), ("long prompts", f"{shares} tokens")]
+    labelled = [
+        *_arrival_lines(stats.arrivals),
+        ("long prompts", f"{shares} tokens"),
+        *_block_lines(stats.blocks, block_size),
+    ]
     table = format_table(
         ["tokens", "mean", "p50", "p90", "p99", "max"],
         [_length_row("prompt", stats.prompt), _length_row("output", stats.output)],
@@ -117,6 +133,19 @@ def _arrival_lines(arrivals: ArrivalStats | None) -> list[tuple[str, str]]:
             f"(busiest minute {arrivals.busiest_minute:,})",
         ),
         ("gaps", f"CV {_number(arrivals.gap_cv)}; CV within a minute {within}"),
+    ]
+
+
+def _block_lines(blocks: BlockStats | None, block_size: int) -> list[tuple[str, str]]:
+    """(label, text) lines on the prompt blocks, when the trace has hash ids."""
+    if blocks is None:
+        return []
+    return [
+        (
+            "prompt blocks",
+            f"{blocks.blocks:,} of {block_size:,} tokens; {blocks.repeat_share:.0%} repeat an "
+            "earlier one",
+        )
     ]
 
 

@@ -25,6 +25,7 @@ from slidingserve.workloads.lengths import (
     load_quantile_tables,
     trace_distribution,
 )
+from slidingserve.workloads.prefixes import Conversations, SystemPrompt
 from slidingserve.workloads.replay import TRACE_WORKLOAD, TraceSource
 from slidingserve.workloads.slo import (
     CONVERSATIONAL,
@@ -34,7 +35,12 @@ from slidingserve.workloads.slo import (
     slo_for,
 )
 from slidingserve.workloads.tiers import TIER_PRESETS, Tier, TierMix, get_tier_mix
-from slidingserve.workloads.trace_files import TimedTrace, TraceColumns, read_trace_file
+from slidingserve.workloads.trace_files import (
+    TRACE_BLOCK_SIZE,
+    TimedTrace,
+    TraceColumns,
+    read_trace_file,
+)
 from slidingserve.workloads.traces import LengthTable, TraceFormatError, read_trace
 from slidingserve.workloads.workload import (
     WORKLOADS,
@@ -55,16 +61,19 @@ __all__ = [
     "SLO_PRESETS",
     "SUMMARIZATION",
     "TIER_PRESETS",
+    "TRACE_BLOCK_SIZE",
     "TRACE_FILES",
     "TRACE_WORKLOAD",
     "WORKLOADS",
     "WORKLOAD_CLASSES",
     "ArrivalConfig",
+    "Conversations",
     "EmbeddedLengths",
     "LengthDistribution",
     "LengthTable",
     "OverloadWindow",
     "QuantileTable",
+    "SystemPrompt",
     "Tier",
     "TierMix",
     "TimedTrace",

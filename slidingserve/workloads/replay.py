@@ -15,6 +15,10 @@ each. Replayed as they are, every step is a burst of simultaneous requests at an
 `spread=True` reads such a timestamp as the recording's resolution: the k requests that share
 one are spaced evenly over the interval to the next distinct timestamp (the last group over
 the median interval), which keeps each interval's count and the mean rate.
+
+A replayed request keeps its row's `hash_ids` (Mooncake's prompt blocks, trace_files.py), so
+a prefix cache sees which replayed prompts share blocks. Resampled rows carry none: a row
+drawn twice would share every block with itself and fake cache hits.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from slidingserve.workloads.slo import CONVERSATIONAL, WORKLOAD_CLASSES
-from slidingserve.workloads.trace_files import TimedTrace, TraceColumns, read_trace_file
+from slidingserve.workloads.trace_files import HashIds, TimedTrace, TraceColumns, read_trace_file
 
 TRACE_WORKLOAD = "trace"
 """The name of the workload that `--trace` files make."""
@@ -92,6 +96,9 @@ class Replay(NamedTuple):
     output: npt.NDArray[np.int64]
     source_index: npt.NDArray[np.intp]  # which TraceSource each request comes from
     recorded_rate: float  # the window's own mean rate, requests/s
+    # each request's prompt block ids (an empty tuple for a row of a file without them);
+    # None when no file has them
+    hash_ids: HashIds | None = None
 
 
 def spread_ties(times: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -146,4 +153,14 @@ def replay_window(
         raise ValueError(f"the {count} requests from row {start} all arrive at one instant")
     recorded = (count - 1) / duration if count > 1 else 1.0
     scale = 1.0 if rate is None else recorded / rate
-    return Replay(window * scale, prompt[rows], output[rows], index[rows], recorded)
+    hash_ids = _window_hash_ids(traces, rows.tolist())
+    return Replay(window * scale, prompt[rows], output[rows], index[rows], recorded, hash_ids)
+
+
+def _window_hash_ids(traces: list[TimedTrace], rows: list[int]) -> HashIds | None:
+    """The hash ids of `rows` (indices into the traces' rows concatenated); None when no
+    trace has any."""
+    if all(trace.hash_ids is None for trace in traces):
+        return None
+    merged = [ids for trace in traces for ids in (trace.hash_ids or ((),) * len(trace))]
+    return tuple(merged[row] for row in rows)

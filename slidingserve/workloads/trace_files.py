@@ -4,8 +4,10 @@ Two layouts are read as they are, told apart by the file's extension and first l
 
 - CSV with a header (Vidur's processed traces, the ShareGPT and arXiv length files):
   `num_prefill_tokens`, `num_decode_tokens` and, when recorded, `arrived_at` (seconds);
-- JSON lines (Mooncake's traces): one object a line with `input_length`, `output_length` and
-  `timestamp` (milliseconds).
+- JSON lines (Mooncake's traces): one object a line with `input_length`, `output_length`,
+  `timestamp` (milliseconds) and, when recorded, `hash_ids`: a list of non-negative integers,
+  one per block of `TRACE_BLOCK_SIZE` prompt tokens, equal where two prompts hold the same
+  tokens up to the end of that block (what a prefix cache could reuse).
 
 Other column names are given with `TraceColumns` (`prompt=...,output=...,time=...,
 time_unit=s|ms`). Arrival times are returned in seconds from the first row; they must be
@@ -33,6 +35,13 @@ OUTPUT_NAMES = ("num_decode_tokens", "output_length", "output_len", "completion_
 TIME_NAMES = {"arrived_at": "s", "timestamp": "ms", "arrival_time": "s"}
 TIME_UNITS = {"s": 1.0, "ms": 1e-3}
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
+HASH_IDS = "hash_ids"
+TRACE_BLOCK_SIZE = 512
+"""Tokens of prompt that one of a trace's `hash_ids` stands for (the published Mooncake
+traces' block size)."""
+
+HashIds = tuple[tuple[int, ...], ...]
+"""Each row's `hash_ids`, in file order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +73,12 @@ class TraceColumns:
 
 @dataclass(frozen=True)
 class TimedTrace:
-    """A trace's requests in file order: lengths, and arrival seconds when it has them."""
+    """A trace's requests in file order: lengths, and arrival seconds and prompt block
+    hash ids when it has them."""
 
     lengths: LengthTable
     arrivals: npt.NDArray[np.float64] | None = field(default=None)  # from the first row, sorted
+    hash_ids: HashIds | None = None  # per row, one id a block of prompt (module docstring)
 
     @property
     def source(self) -> str:
@@ -91,10 +102,11 @@ class TimedTrace:
             np.array(self.lengths.output[rows]),
             self.source,
         )
+        hash_ids = None if self.hash_ids is None else self.hash_ids[rows]
         if self.arrivals is None:
-            return TimedTrace(lengths)
+            return TimedTrace(lengths, hash_ids=hash_ids)
         arrivals = self.arrivals[rows]
-        return TimedTrace(lengths, arrivals - arrivals[0])
+        return TimedTrace(lengths, arrivals - arrivals[0], hash_ids)
 
     @property
     def duration(self) -> float:
@@ -164,6 +176,7 @@ class _Columns:
     output: str
     time: str | None
     seconds_per_unit: float
+    hash_ids: bool  # whether the rows have a `hash_ids` column
 
 
 def _resolve(record: Mapping[str, Any], wanted: TraceColumns, path: Path) -> _Columns:
@@ -193,7 +206,7 @@ def _resolve(record: Mapping[str, Any], wanted: TraceColumns, path: Path) -> _Co
     if time is None:
         time = next((name for name in TIME_NAMES if name in record), None)
     unit = wanted.time_unit or (TIME_NAMES.get(time, "s") if time else "s")
-    return _Columns(prompt, output, time, TIME_UNITS[unit])
+    return _Columns(prompt, output, time, TIME_UNITS[unit], HASH_IDS in record)
 
 
 def _build(
@@ -202,6 +215,7 @@ def _build(
     prompts: list[int] = []
     outputs: list[int] = []
     times: list[float] = []
+    hash_ids: list[tuple[int, ...]] = []
     columns: _Columns | None = None
     for line_num, record in records:
         if columns is None:
@@ -210,15 +224,38 @@ def _build(
         outputs.append(_count(record, columns.output, path, line_num))
         if columns.time is not None:
             times.append(_time(record, columns, path, line_num, times[-1] if times else None))
+        if columns.hash_ids:
+            hash_ids.append(_hash_ids(record, path, line_num))
     if columns is None:
         raise TraceFormatError(f"{path}: empty file, no rows")
     lengths = LengthTable(
         np.asarray(prompts, dtype=np.int64), np.asarray(outputs, dtype=np.int64), str(path)
     )
+    blocks = tuple(hash_ids) if columns.hash_ids else None
     if columns.time is None:
-        return TimedTrace(lengths)
+        return TimedTrace(lengths, hash_ids=blocks)
     seconds = np.asarray(times, dtype=np.float64) * columns.seconds_per_unit
-    return TimedTrace(lengths, seconds - seconds[0])
+    return TimedTrace(lengths, seconds - seconds[0], blocks)
+
+
+def _hash_ids(record: Mapping[str, Any], path: Path, line_num: int) -> tuple[int, ...]:
+    """A row's `hash_ids`: a list of non-negative integers (the first row had the column)."""
+    if HASH_IDS not in record:
+        raise TraceFormatError(
+            f"{path}, line {line_num}: {HASH_IDS} is missing (the first row has it)"
+        )
+    value = record[HASH_IDS]
+    if not isinstance(value, list):
+        raise TraceFormatError(
+            f"{path}, line {line_num}: {HASH_IDS} is {value!r}, not a list of integers"
+        )
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+            raise TraceFormatError(
+                f"{path}, line {line_num}: {HASH_IDS} holds {item!r}; each must be a "
+                "non-negative integer"
+            )
+    return tuple(value)
 
 
 def _count(record: Mapping[str, Any], column: str, path: Path, line_num: int) -> int:

@@ -20,6 +20,9 @@ definitions, one home for each:
   edge belong to neither); minutes whose gaps are all 0 are left out. Summarised by the
   median and the maximum over those minutes: whether arrivals are bursty within a minute, not
   only from one minute to the next.
+- Repeated prompt blocks (traces with `hash_ids`): the prompt blocks are all rows' hash ids;
+  one repeats when its id appeared in an earlier row (file order). The share that repeat is
+  what a prefix cache that kept every block could reuse, an upper bound on its hit rate.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import numpy as np
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from slidingserve.workloads.trace_files import TimedTrace
+    from slidingserve.workloads.trace_files import HashIds, TimedTrace
 
 CONTEXT_LENGTHS = (4096, 8192, 32768)
 """Tokens: the context lengths whose share of longer prompts is reported."""
@@ -71,6 +74,25 @@ class ArrivalStats:
     minute_gap_cv_max: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class BlockStats:
+    """A trace's prompt blocks by hash id (module docstring)."""
+
+    blocks: int  # hash ids over all rows
+    repeated: int  # those whose id appeared in an earlier row
+    repeat_share: float  # repeated ÷ blocks; 0 without blocks
+
+    @classmethod
+    def of(cls, hash_ids: HashIds) -> BlockStats:
+        seen: set[int] = set()
+        blocks = repeated = 0
+        for row in hash_ids:
+            blocks += len(row)
+            repeated += sum(1 for block in row if block in seen)
+            seen.update(row)
+        return cls(blocks, repeated, repeated / blocks if blocks else 0.0)
+
+
 @dataclass(frozen=True)
 class TraceStats:
     """A trace described: its rows, lengths and arrivals."""
@@ -81,6 +103,7 @@ class TraceStats:
     output: LengthStats  # output tokens
     prompt_share_over: dict[int, float]  # context length (tokens) → share of longer prompts
     arrivals: ArrivalStats | None  # None when the trace records no arrival times
+    blocks: BlockStats | None = None  # None when the trace records no hash_ids
 
 
 def trace_stats(trace: TimedTrace, contexts: tuple[int, ...] = CONTEXT_LENGTHS) -> TraceStats:
@@ -93,6 +116,7 @@ def trace_stats(trace: TimedTrace, contexts: tuple[int, ...] = CONTEXT_LENGTHS) 
         output=LengthStats.of(trace.lengths.output),
         prompt_share_over={c: float(np.count_nonzero(prompt > c)) / len(prompt) for c in contexts},
         arrivals=None if trace.arrivals is None else arrival_stats(trace),
+        blocks=None if trace.hash_ids is None else BlockStats.of(trace.hash_ids),
     )
 
 

@@ -6,9 +6,14 @@ only on its arguments. The seed feeds three independent numpy Generators, spawne
 (one child per source) and arrivals (unit-rate pattern). The rate enters only when the unit-rate
 arrival pattern is mapped to seconds, so for one seed the request lengths, sources and classes
 are the same at every rate, and without an overload window the arrival times are inversely
-proportional to the rate. A later stream (e.g. SLO tiers) is spawned after these three, which
-leaves them unchanged. A replayed trace (`--arrival trace`, replay.py) draws nothing: the
-seed picks its window of rows, and the rate only rescales the window's own arrival times.
+proportional to the rate. Later streams are spawned after these three, which leaves them
+unchanged: the fourth draws SLO tiers, the fifth which requests get a system prompt
+(prefixes.py). A replayed trace (`--arrival trace`, replay.py) draws nothing: the seed picks
+its window of rows, and the rate only rescales the window's own arrival times.
+
+Content: requests carry what their tokens are (`Request.content`, runs of `core/prefix.py`)
+when the workload knows which share a prefix: a replayed trace's `hash_ids`, or the
+synthetic system prompt and conversations of prefixes.py. Otherwise it is empty.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import numpy as np
 
 from slidingserve.core.checks import require_int
 from slidingserve.core.request import SLO, Request
+from slidingserve.workloads import segments
 from slidingserve.workloads.arrivals import ArrivalConfig, arrival_times
 from slidingserve.workloads.lengths import (
     TRACE_FILES,
@@ -29,7 +35,14 @@ from slidingserve.workloads.lengths import (
     embedded_distribution,
     trace_distribution,
 )
-from slidingserve.workloads.replay import TRACE_WORKLOAD, TraceSource, load_trace, replay_window
+from slidingserve.workloads.prefixes import Conversations, SystemPrompt, compose
+from slidingserve.workloads.replay import (
+    TRACE_WORKLOAD,
+    Replay,
+    TraceSource,
+    load_trace,
+    replay_window,
+)
 from slidingserve.workloads.slo import (
     CONVERSATIONAL,
     SUMMARIZATION,
@@ -38,11 +51,14 @@ from slidingserve.workloads.slo import (
     slo_for,
 )
 from slidingserve.workloads.tiers import TierMix
+from slidingserve.workloads.trace_files import TRACE_BLOCK_SIZE
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     import numpy.typing as npt
+
+    from slidingserve.core.prefix import Run
 
 
 class WorkloadSource(NamedTuple):
@@ -123,10 +139,14 @@ class WorkloadConfig:
     traces: tuple[TraceSource, ...] = ()  # --trace files: the workload TRACE_WORKLOAD
     trace_start: int = 0  # replay: the first row of seed 0's window
     trace_spread: bool = False  # replay: space requests that share a timestamp (replay.py)
+    trace_block_size: int = TRACE_BLOCK_SIZE  # replay: prompt tokens per trace hash id
+    system_prompt: SystemPrompt | None = None  # a shared system prompt (prefixes.py)
+    conversations: Conversations | None = None  # multi-turn conversations (prefixes.py)
 
     def __post_init__(self) -> None:
         require_int("num_requests", self.num_requests)
         require_int("trace_start", self.trace_start, minimum=0)
+        require_int("trace_block_size", self.trace_block_size)
         check_slo_choice(self.slo_preset, self.slo_scale)
         self._check_traces()
         spec = self.spec
@@ -150,6 +170,12 @@ class WorkloadConfig:
                 raise ValueError(
                     "replayed traces keep their own mix: weights apply to resampled traces"
                 )
+            if self.synthetic_prefixes:
+                raise ValueError(
+                    "a system prompt or conversations would change a replayed trace's recorded "
+                    "lengths; replayed requests share prefixes only by the trace's hash_ids "
+                    "(resample the trace with poisson or gamma arrivals to add them)"
+                )
 
     @property
     def spec(self) -> WorkloadSpec:
@@ -162,6 +188,22 @@ class WorkloadConfig:
                 ),
             )
         return get_workload(self.name)
+
+    @property
+    def synthetic_prefixes(self) -> bool:
+        """Whether requests get a system prompt or turns of conversations (prefixes.py)."""
+        return self.system_prompt is not None or self.conversations is not None
+
+    def prefix_note(self) -> str:
+        """A clause on the workload's shared prefixes, for run headers ("" without)."""
+        parts = [
+            option.describe()
+            for option in (self.system_prompt, self.conversations)
+            if option is not None
+        ]
+        if self.replays and any(_has_hash_ids(trace) for trace in self.traces):
+            parts.append(f"prompt blocks shared by hash_ids ({self.trace_block_size} tokens)")
+        return "; ".join(parts)
 
     @property
     def replays(self) -> bool:
@@ -188,6 +230,8 @@ class WorkloadSample:
     source_index: npt.NDArray[np.intp]  # position of each request's source in spec.sources
     spec: WorkloadSpec
     trimmed: int = 0  # requests whose prompt or output was cut to fit the context
+    # per request its content runs (prompt then output, module docstring); None: unknown
+    content: tuple[tuple[Run, ...], ...] | None = None
 
     def __len__(self) -> int:
         return len(self.arrivals)
@@ -267,8 +311,27 @@ def sample_workload(
         rows = np.flatnonzero(source_index == k)
         drawn = distributions[source.source].sample(len(rows), streams.lengths[k])
         prompt[rows], output[rows] = drawn.prompt, drawn.output
-    trimmed_prompt, trimmed_output, trimmed = _trimmed(prompt, output, max_model_len)
     arrivals = arrival_times(n, rate, config.arrival, streams.arrivals)
+    if config.synthetic_prefixes:
+        prefix_stream = np.random.default_rng(np.random.SeedSequence(seed).spawn(5)[4])
+        composed = compose(
+            prompt,
+            output,
+            max_model_len,
+            config.system_prompt,
+            config.conversations,
+            prefix_stream,
+        )
+        return WorkloadSample(
+            arrivals,
+            composed.prompt,
+            composed.output,
+            source_index.astype(np.intp),
+            spec,
+            composed.trimmed,
+            composed.content,
+        )
+    trimmed_prompt, trimmed_output, trimmed = _trimmed(prompt, output, max_model_len)
     return WorkloadSample(
         arrivals, trimmed_prompt, trimmed_output, source_index.astype(np.intp), spec, trimmed
     )
@@ -284,8 +347,46 @@ def _replayed_sample(
     window = replay_window(config.traces, start, n, rate, config.trace_spread)
     prompt, output, trimmed = _trimmed(window.prompt, window.output, max_model_len)
     return WorkloadSample(
-        window.arrivals, prompt, output, window.source_index, config.spec, trimmed
+        window.arrivals,
+        prompt,
+        output,
+        window.source_index,
+        config.spec,
+        trimmed,
+        _replayed_content(window, prompt, output, config.trace_block_size),
     )
+
+
+def _replayed_content(
+    window: Replay,
+    prompt: npt.NDArray[np.int64],
+    output: npt.NDArray[np.int64],
+    block_size: int,
+) -> tuple[tuple[Run, ...], ...] | None:
+    """Each replayed request's runs: its prompt by its hash ids (`segments.trace_prompt`,
+    from the recorded prompt, then trimmed to `prompt`), then its own output; None when the
+    traces have no hash ids."""
+    if window.hash_ids is None:
+        return None
+    rows = zip(
+        window.hash_ids,
+        window.source_index.tolist(),
+        window.prompt.tolist(),
+        prompt.tolist(),
+        output.tolist(),
+        strict=True,
+    )
+    return tuple(
+        segments.with_output(
+            segments.trace_prompt(ids, source, recorded, block_size, i), kept, answer, i
+        )
+        for i, (ids, source, recorded, kept, answer) in enumerate(rows)
+    )
+
+
+def _has_hash_ids(trace: TraceSource) -> bool:
+    """Whether a trace file records prompt block hash ids."""
+    return load_trace(trace.path, trace.columns).hash_ids is not None
 
 
 def recorded_rate(config: WorkloadConfig, seed: int = 0) -> float:
@@ -308,7 +409,8 @@ def generate_requests(
 
     Deterministic for a seed, with common random numbers across rates (module docstring).
     Lengths are trimmed to the context of `max_model_len` tokens: prompt = min(prompt, L − 1),
-    then output = min(output, L − prompt). `lengths` (from `length_sources(config)`) saves
+    then output = min(output, L − prompt). Requests carry content runs when the workload has
+    prefix information (module docstring). `lengths` (from `length_sources(config)`) saves
     re-reading trace files when generating the same workload many times.
     """
     sample = sample_workload(config, rate, seed, max_model_len, lengths)
@@ -318,11 +420,12 @@ def generate_requests(
         sample.prompt_lens.tolist(),
         sample.output_lens.tolist(),
         slos,
+        sample.content or ((),) * len(sample),
         strict=True,
     )
     return [
-        Request(f"r{i}", arrival, prompt, output, slo)
-        for i, (arrival, prompt, output, slo) in enumerate(rows)
+        Request(f"r{i}", arrival, prompt, output, slo, content=content)
+        for i, (arrival, prompt, output, slo, content) in enumerate(rows)
     ]
 
 

@@ -34,6 +34,26 @@ def test_simulate_prints_a_row_per_policy_and_rate(
     assert all(r["requests"] == 40 for r in rows)
 
 
+def test_simulate_names_the_shared_prefixes_in_its_header(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, text, _ = run(
+        capsys,
+        "simulate", "--workload", "sharegpt", "--rate", "1.0", "--requests", "40",
+        "--system-prompt", "200:0.5", "--conversations", "3",
+    )  # fmt: skip
+    assert code == 0
+    header = next(line for line in text.splitlines() if line.startswith("workload sharegpt"))
+    assert header.endswith(
+        "a 200-token system prompt on 50% of requests; conversations of 3 turns, 16 at once"
+    )
+
+
+def test_goodput_refuses_prefix_options(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "goodput", "--system-prompt", "200", "--seeds", "1")
+    assert code != 0 and "shared prefixes are options of one run" in err
+
+
 def test_goodput_writes_table_json_csv_and_plot(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from slidingserve.cli import settings as cfg
 from slidingserve.eval.experiment import GoodputExperiment
-from slidingserve.workloads import ArrivalConfig, WorkloadConfig
+from slidingserve.workloads import ArrivalConfig, Conversations, SystemPrompt, WorkloadConfig
 
 
 def test_override_and_assignments_build_new_settings() -> None:
@@ -50,3 +50,33 @@ def test_rates_are_those_given_else_the_default(
     given: list[float] | None, rates: list[float]
 ) -> None:
     assert cfg.default_rates(given, WorkloadConfig("sharegpt", 5), seed=0) == rates
+
+
+@pytest.mark.parametrize(
+    ("given", "system", "conversations"),
+    [
+        ({"system_prompt": "300", "conversations": "4"}, SystemPrompt(300), Conversations(4, 16)),
+        (
+            {"system_prompt": {"tokens": 300, "share": 0.5}, "conversations": "4:2"},
+            SystemPrompt(300, 0.5),
+            Conversations(4, 2),
+        ),
+        ({"conversations": {"turns": 5, "concurrent": 3}}, None, Conversations(5, 3)),
+    ],
+)
+def test_prefix_options_reach_the_workload(
+    given: dict[str, object], system: SystemPrompt | None, conversations: Conversations | None
+) -> None:
+    settings = cfg.override(cfg.empty_settings(), "workload", trace_block_size=256, **given)
+    workload = cfg.workload_config(settings, "sharegpt", 10)
+    assert (workload.system_prompt, workload.conversations) == (system, conversations)
+    assert workload.trace_block_size == 256
+
+
+def test_prefix_options_are_refused_where_they_would_be_ignored() -> None:
+    settings = cfg.override(cfg.empty_settings(), "workload", system_prompt="300")
+    with pytest.raises(ValueError, match="system_prompt: shared prefixes are options of one run"):
+        cfg.experiment_from(settings)
+    bad = cfg.override(cfg.empty_settings(), "workload", conversations={"turns": 3, "x": 1})
+    with pytest.raises(ValueError, match=r"\[workload.conversations\]: unknown key\(s\) x"):
+        cfg.workload_config(bad, "sharegpt", 10)

@@ -191,6 +191,13 @@ def test_the_shared_mooncake_trace(capsys: pytest.CaptureFixture[str], tmp_path:
     assert stats["prompt_share_over"]["8192"] == pytest.approx(0.45, abs=0.005)
     assert f"{MOONCAKE}: 12,031 requests" in text
     assert "prompt  12,035  6,909  27,367  85,400  126,195" in text
+    # measured: 288,500 blocks, 105,710 of them (36.6%) repeat an earlier row's
+    assert stats["blocks"] == {
+        "blocks": 288_500,
+        "repeated": 105_710,
+        "repeat_share": 105_710 / 288_500,
+    }
+    assert "prompt blocks 288,500 of 512 tokens; 37% repeat an earlier one" in text
 
 
 @pytest.mark.skipif(not SHAREGPT.exists(), reason="shared ShareGPT trace absent")
@@ -204,3 +211,32 @@ def test_the_shared_sharegpt_trace(capsys: pytest.CaptureFixture[str], tmp_path:
     assert [round(stats["prompt"][k]) for k in keys] == [2340, 1730, 5696, 7434, 8141]
     assert [round(stats["output"][k]) for k in keys] == [439, 415, 834, 998, 1024]
     assert stats["prompt_share_over"]["8192"] == 0.0
+
+
+def test_repeated_prompt_blocks(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rows = [[0, 1, 2], [0, 1, 3], [4], [3, 0]]  # 9 blocks; 0, 1, then 3 and 0 repeat
+    path = write(
+        tmp_path,
+        "ids.jsonl",
+        "".join(
+            json.dumps({"timestamp": k, "input_length": 9, "output_length": 1, "hash_ids": ids})
+            + "\n"
+            for k, ids in enumerate(rows)
+        ),
+    )
+    code, text, _ = run(
+        capsys, path, "--no-plot", "--trace-block-size", "16", "--out-dir", tmp_path
+    )
+    assert code == 0
+    assert payload(tmp_path)["files"][0]["blocks"] == {
+        "blocks": 9,
+        "repeated": 4,
+        "repeat_share": 4 / 9,
+    }
+    assert "prompt blocks 9 of 16 tokens; 44% repeat an earlier one" in text
+
+
+def test_no_block_line_without_hash_ids(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, text, _ = run(capsys, vidur_csv(tmp_path), "--no-plot", "--out-dir", tmp_path)
+    assert code == 0 and "prompt blocks" not in text
+    assert payload(tmp_path)["files"][0]["blocks"] is None

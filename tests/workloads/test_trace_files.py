@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -148,3 +150,58 @@ def test_the_shared_mooncake_trace() -> None:
     assert len(trace) == 12_031
     assert trace.mean_rate == pytest.approx(3.4, abs=0.05)  # data/README: 3.4 req/s
     assert int(np.median(trace.lengths.prompt)) == 6_909
+
+
+def hash_id_rows(*rows: tuple[int, int, object]) -> str:
+    """JSON lines of (prompt, output, hash_ids) a second apart."""
+    return "".join(
+        json.dumps({"timestamp": 1000 * k, "input_length": p, "output_length": o, "hash_ids": h})
+        + "\n"
+        for k, (p, o, h) in enumerate(rows)
+    )
+
+
+def test_hash_ids_are_read_and_windowed(tmp_path: Path) -> None:
+    text = hash_id_rows((600, 1, [0, 1]), (10, 1, [0]), (1100, 2, [5, 6, 7]))
+    trace = read_trace_file(write(tmp_path, "ids.jsonl", text))
+    assert trace.hash_ids == ((0, 1), (0,), (5, 6, 7))
+    window = trace.window(1, 2)
+    assert window.hash_ids == ((0,), (5, 6, 7))
+    assert window.arrivals is not None and window.arrivals.tolist() == [0.0, 1.0]
+
+
+def test_a_trace_without_hash_ids_has_none(tmp_path: Path) -> None:
+    path = write(tmp_path, "plain.csv", "num_prefill_tokens,num_decode_tokens\n3,4\n5,6\n")
+    trace = read_trace_file(path)
+    assert trace.hash_ids is None and trace.window(1, 1).hash_ids is None
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("[1, -2]", "line 2: hash_ids holds -2; each must be a non-negative integer"),
+        ('"1,2"', "line 2: hash_ids is '1,2', not a list of integers"),
+        ("[1.5]", "line 2: hash_ids holds 1.5"),
+        ("[true]", "line 2: hash_ids holds True"),
+    ],
+)
+def test_malformed_hash_ids_name_the_file_line_and_value(
+    tmp_path: Path, value: str, message: str
+) -> None:
+    text = (
+        '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [0]}\n'
+        f'{{"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": {value}}}\n'
+    )
+    path = write(tmp_path, "bad.jsonl", text)
+    with pytest.raises(TraceFormatError, match=re.escape(f"{path}, {message}")):
+        read_trace_file(path)
+
+
+def test_hash_ids_missing_from_a_later_row(tmp_path: Path) -> None:
+    text = (
+        '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [0]}\n'
+        '{"timestamp": 1, "input_length": 5, "output_length": 1}\n'
+    )
+    path = write(tmp_path, "short.jsonl", text)
+    with pytest.raises(TraceFormatError, match="line 2: hash_ids is missing"):
+        read_trace_file(path)
