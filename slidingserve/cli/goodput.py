@@ -198,7 +198,14 @@ def _report(result: ExperimentResult, out: Path) -> None:
     )
     max_model_len = experiment.hardware.model_spec().max_model_len
     for name in experiment.workloads:
-        print(workload_note(experiment.workload_config(name), max_model_len, experiment.seeds[0]))
+        print(
+            workload_note(
+                experiment.workload_config(name),
+                max_model_len,
+                experiment.seeds[0],
+                experiment.limits.prefix_caching,
+            )
+        )
     for criterion in experiment.criteria:
         print(f"\nrequests that must meet their SLO: {criterion}")
         print(goodput_table(result, criterion))

@@ -473,12 +473,6 @@ def experiment_from(settings: Settings) -> GoodputExperiment:
             f"reference policy {table['reference']!r} is not among {', '.join(policies)}"
         )
     workload = _workload_table(settings)
-    given = sorted(set(PREFIX_KEYS) & set(workload))
-    if given:
-        raise ValueError(
-            f"[workload] {', '.join(given)}: shared prefixes are options of one run (simulate, "
-            "diagnose); goodput and regimes do not take them yet"
-        )
     return GoodputExperiment(
         policies=policies,
         workloads=workload_names(settings, table.get("workloads"), EXPERIMENT.workloads),
@@ -492,6 +486,7 @@ def experiment_from(settings: Settings) -> GoodputExperiment:
         policy_options=policy_options(settings, policies),
         search=search_settings(settings),
         **_given(workload, SHARED_WORKLOAD_FIELDS),
+        **prefix_options(settings),
         **_experiment_options(table),
     )
 

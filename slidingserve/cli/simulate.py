@@ -59,9 +59,9 @@ def run(args: argparse.Namespace) -> int:
     setup = f"{hardware.gpu} {hardware.model} TP{hardware.tp}"
     print(f"{setup}, latency model:\n{latency_model_lines(hardware)}\n")
     for workload in workloads:
-        note = workload_note(workload, hardware.model_spec().max_model_len, args.seed)
-        prefixes = workload.prefix_note()
-        print(f"{note}; {prefixes}" if prefixes else note)
+        limits = cfg.engine_limits(settings)
+        model_len = hardware.model_spec().max_model_len
+        print(workload_note(workload, model_len, args.seed, limits.prefix_caching))
     _print_tables(results)
     if args.out:
         _write_results(args.out, [result.to_row() for result in results])

@@ -36,6 +36,7 @@ from slidingserve.sim.runner import (
     simulate,
 )
 from slidingserve.workloads import ArrivalConfig, TierMix, TraceSource, WorkloadConfig
+from slidingserve.workloads.prefixes import Conversations, SystemPrompt
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -67,6 +68,9 @@ class GoodputExperiment:
     traces: tuple[TraceSource, ...] = ()  # --trace files: the workload "trace"
     trace_start: int = WorkloadConfig.trace_start  # replays: seed 0's window starts here
     trace_spread: bool = WorkloadConfig.trace_spread  # replays: space shared timestamps
+    trace_block_size: int = WorkloadConfig.trace_block_size  # tokens of a trace's hash id
+    system_prompt: SystemPrompt | None = None  # a shared system prompt (workloads/prefixes.py)
+    conversations: Conversations | None = None  # multi-turn conversations
     tbt_reading: TbtReading = SimulationSpec.tbt_reading  # how TBT violations are counted
     tiers: TierMix | None = None  # SLO tiers of every workload
     criteria: tuple[str, ...] = (OVERALL,)  # what must stay ≤ threshold: see criteria.py
@@ -116,6 +120,9 @@ class GoodputExperiment:
             traces=self.traces,
             trace_start=self.trace_start,
             trace_spread=self.trace_spread,
+            trace_block_size=self.trace_block_size,
+            system_prompt=self.system_prompt,
+            conversations=self.conversations,
         )
 
     def spec(

@@ -167,9 +167,12 @@ def describe_setup(result: ExperimentResult) -> str:
     )
 
 
-def workload_note(workload: WorkloadConfig, max_model_len: int, seed: int = 0) -> str:
-    """One line on where a workload's requests come from, and how many were trimmed to the
-    model's context (seed `seed`'s trial)."""
+def workload_note(
+    workload: WorkloadConfig, max_model_len: int, seed: int = 0, prefix_caching: bool = True
+) -> str:
+    """One line on where a workload's requests come from, how many were trimmed to the
+    model's context (seed `seed`'s trial), and what they share with the prefix cache on or
+    off (`prefix_caching`), when the workload says what they share."""
     sample = sample_workload(workload, 1.0, seed, max_model_len)
     if workload.traces:
         files = ", ".join(
@@ -193,7 +196,11 @@ def workload_note(workload: WorkloadConfig, max_model_len: int, seed: int = 0) -
     trimmed = (
         f"{sample.trimmed} of {len(sample)} requests trimmed to the {max_model_len}-token context"
     )
-    return f"{text}; {trimmed} (seed {seed})"
+    shared = workload.prefix_note()
+    if shared:
+        cache = "prefix cache on" if prefix_caching else "prefix cache off (--no-prefix-cache)"
+        shared = f"; {shared}; {cache}"
+    return f"{text}; {trimmed} (seed {seed}){shared}"
 
 
 def latency_model_lines(hardware: HardwareConfig) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -45,13 +46,37 @@ def test_simulate_names_the_shared_prefixes_in_its_header(
     assert code == 0
     header = next(line for line in text.splitlines() if line.startswith("workload sharegpt"))
     assert header.endswith(
-        "a 200-token system prompt on 50% of requests; conversations of 3 turns, 16 at once"
+        "a 200-token system prompt on 50% of requests; conversations of 3 turns, 16 at once; "
+        "prefix cache on"
     )
+    assert "prefix hits%" in text
 
 
-def test_goodput_refuses_prefix_options(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(capsys, "goodput", "--system-prompt", "200", "--seeds", "1")
-    assert code != 0 and "shared prefixes are options of one run" in err
+def test_simulate_without_the_prefix_cache_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    code, text, _ = run(
+        capsys,
+        "simulate", "--workload", "sharegpt", "--rate", "1.0", "--requests", "40",
+        "--system-prompt", "200", "--no-prefix-cache",
+    )  # fmt: skip
+    assert code == 0
+    assert "prefix cache off (--no-prefix-cache)" in text
+    assert "prefix hits%" not in text  # no run had a cache
+
+
+def test_goodput_runs_with_a_shared_system_prompt_and_reports_the_hits(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, text, _ = run(
+        capsys,
+        "goodput", "--policies", "sarathi", "--workloads", "sharegpt", "--seeds", "1",
+        "--requests", "60", "--precision", "0.2", "--curve-points", "0", "--jobs", "1",
+        "--no-progress", "--out-dir", str(tmp_path), "--system-prompt", "512",
+    )  # fmt: skip
+    assert code == 0
+    assert "a 512-token system prompt on 100% of requests; prefix cache on" in text
+    (row,) = csv.DictReader((tmp_path / "goodput.csv").read_text().splitlines())
+    assert 0.1 < float(row["prefix_hit_rate_at_goodput"]) < 0.5  # 512 of ~2,400 tokens
+    assert "% hits)" in text
 
 
 def test_goodput_writes_table_json_csv_and_plot(

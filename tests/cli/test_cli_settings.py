@@ -73,10 +73,12 @@ def test_prefix_options_reach_the_workload(
     assert workload.trace_block_size == 256
 
 
-def test_prefix_options_are_refused_where_they_would_be_ignored() -> None:
+def test_prefix_options_reach_the_goodput_experiment_and_bad_ones_are_refused() -> None:
     settings = cfg.override(cfg.empty_settings(), "workload", system_prompt="300")
-    with pytest.raises(ValueError, match="system_prompt: shared prefixes are options of one run"):
-        cfg.experiment_from(settings)
+    experiment = cfg.experiment_from(settings)
+    assert experiment.workload_config("sharegpt").system_prompt == SystemPrompt(300, 1.0)
+    off = cfg.override(settings, "engine", prefix_caching=False)
+    assert not cfg.experiment_from(off).limits.prefix_caching
     bad = cfg.override(cfg.empty_settings(), "workload", conversations={"turns": 3, "x": 1})
     with pytest.raises(ValueError, match=r"\[workload.conversations\]: unknown key\(s\) x"):
         cfg.workload_config(bad, "sharegpt", 10)
