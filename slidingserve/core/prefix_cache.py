@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from slidingserve.core.request import Request
 
 
+_NOT_LOOKED = (0, -1, -1, -1)  # a lookup's stamp before the first
+_EVICTION_LOG = 1 << 16  # evicted keys kept before the oldest ones no lookup needs go
+
+
 class PrefixCachingKV(KVBlockManager):
     """`KVBlockManager` with a prefix cache (module docstring). `lookup` before planning;
     `queried_tokens` and `hit_tokens` count the prefill targets of started requests and
@@ -46,8 +50,16 @@ class PrefixCachingKV(KVBlockManager):
         self._refs: dict[int, int] = {}  # resident keys: how many requests hold each
         self._pool: OrderedDict[int, None] = OrderedDict()  # free resident keys, LRU first
         self._plain_free = num_blocks  # free blocks without a key
-        self._evictions = 0  # keys evicted so far: a lookup is reused while it is unchanged
-        self._looked: dict[str, tuple[int, int, int]] = {}  # id -> (hit, shared, evictions)
+        # Changes that a lookup depends on, counted: a lookup is reused while they stand
+        self._evicted: list[int] = []  # the keys evicted, in order (a hit may shrink), but
+        self._evicted_before = 0  # the first ones, that no lookup needs any more
+        self._registrations = 0  # keys cached (a hit may grow)
+        self._ref_changes = 0  # keys whose holders went from none to some or back
+        # id -> (hit, evictions, registrations, prefill target) at its last lookup
+        self._looked: dict[str, tuple[int, int, int, int]] = {}
+        self._shared: dict[str, tuple[int, int, int, int]] = {}  # id -> (hit, evictions,
+        # ref changes, shared blocks)
+        self._positions: dict[str, dict[int, int]] = {}  # id -> its keys' positions
         self.queried_tokens = 0
         self.hit_tokens = 0
 
@@ -70,29 +82,57 @@ class PrefixCachingKV(KVBlockManager):
     def lookup(self, request: Request) -> int:
         """Tokens of `request`'s prefill target already resident (a block multiple, at most
         the target less one); 0 without content or once it holds blocks. Changes nothing."""
-        if not request.content or request.request_id in self._tables:
+        request_id, target = request.request_id, request.prefill_target
+        hit, evictions, registrations, looked_target = self._looked.get(request_id, _NOT_LOOKED)
+        unchanged = evictions == self._evictions and registrations == self._registrations
+        if unchanged and looked_target == target:
+            return hit * self.block_size  # nothing came or went since
+        if not request.content or request_id in self._tables:
             return 0
         keys = self._keys_of(request)
-        most = min(len(keys), (request.prefill_target - 1) // self.block_size)
-        hit, _, evictions = self._looked.get(request.request_id, (0, 0, -1))
         if evictions != self._evictions:
-            hit = 0  # a key may have gone: start over
+            hit = self._still_cached(request_id, keys, hit, evictions)
+        most = min(len(keys), (target - 1) // self.block_size)
         hit = min(hit, most)
         refs = self._refs
         while hit < most and keys[hit] in refs:
             hit += 1
-        shared = sum(1 for key in keys[:hit] if refs[key])
-        self._looked[request.request_id] = (hit, shared, self._evictions)
+        self._looked[request_id] = (hit, self._evictions, self._registrations, target)
         return hit * self.block_size
+
+    def _still_cached(self, request_id: str, keys: list[int], hit: int, evictions: int) -> int:
+        """How much of a hit of `hit` blocks, found when `evictions` keys had been evicted,
+        is left: up to the first of its keys evicted since (none without a lookup since the
+        evictions still kept)."""
+        if evictions < self._evicted_before:
+            return 0  # never looked up, or too long ago: start over
+        positions = self._positions.get(request_id)
+        if positions is None:
+            positions = self._positions[request_id] = {key: i for i, key in enumerate(keys)}
+        for key in self._evicted[evictions - self._evicted_before :]:
+            position = positions.get(key)
+            if position is not None and position < hit:
+                hit = position
+        return hit
 
     def _looked_shared(self, request: Request) -> int:
         """Hit blocks of a request that has not started that running requests hold, as of its
-        last `lookup` (0 if its computed tokens are not that hit)."""
+        last `lookup` (0 if its computed tokens are not that hit); counted when first asked
+        for after a change."""
         looked = self._looked.get(request.request_id)
-        if looked is None or looked[2] != self._evictions:
+        if looked is None or looked[1] != self._evictions:
             return 0
-        hit, shared, _ = looked
-        return shared if request.num_computed == hit * self.block_size else 0
+        hit = looked[0]
+        if request.num_computed != hit * self.block_size:
+            return 0
+        stamp = (hit, self._evictions, self._ref_changes)
+        cached = self._shared.get(request.request_id)
+        if cached is not None and cached[:3] == stamp:
+            return cached[3]
+        refs = self._refs
+        shared = sum(1 for key in self._keys_of(request)[:hit] if refs[key])
+        self._shared[request.request_id] = (*stamp, shared)
+        return shared
 
     def extra_blocks(self, request: Request, new_tokens: int) -> int:
         needed = -(-(request.num_computed + new_tokens) // self.block_size)
@@ -118,7 +158,7 @@ class PrefixCachingKV(KVBlockManager):
 
     def free(self, request: Request) -> None:
         table = self._tables.pop(request.request_id, None)
-        self._looked.pop(request.request_id, None)
+        self._forget_lookups(request.request_id)
         if table is None:
             return
         refs, pool = self._refs, self._pool
@@ -129,6 +169,7 @@ class PrefixCachingKV(KVBlockManager):
             refs[key] -= 1
             if not refs[key]:
                 pool[key] = None
+                self._ref_changes += 1
 
     def _start(self, request: Request) -> None:
         """Share `request`'s hit (its computed tokens, read by `lookup`) and count it."""
@@ -148,10 +189,11 @@ class PrefixCachingKV(KVBlockManager):
                 )
             if not refs[key]:
                 del pool[key]
+                self._ref_changes += 1
             refs[key] += 1
             table.append(key)
         self._tables[request.request_id] = table
-        self._looked.pop(request.request_id, None)
+        self._forget_lookups(request.request_id)
         self.queried_tokens += request.prefill_target
         self.hit_tokens += request.num_computed
 
@@ -176,7 +218,20 @@ class PrefixCachingKV(KVBlockManager):
             return
         key, _ = self._pool.popitem(last=False)  # the least recently used
         del self._refs[key]
-        self._evictions += 1
+        self._evicted.append(key)
+        if len(self._evicted) > _EVICTION_LOG:
+            self._trim_evictions()
+
+    def _trim_evictions(self) -> None:
+        """Forget the older half of the evictions: a waiting request is looked up at every
+        step, so hardly any lookup needs them (one that does starts over)."""
+        drop = len(self._evicted) // 2
+        del self._evicted[:drop]
+        self._evicted_before += drop
+
+    @property
+    def _evictions(self) -> int:
+        return self._evicted_before + len(self._evicted)
 
     def _cache_full_blocks(self, request: Request, table: list[int | None], computed: int) -> None:
         """Give a key to each block that became full, unless another block holds it."""
@@ -187,6 +242,13 @@ class PrefixCachingKV(KVBlockManager):
             if table[index] is None and keys[index] not in refs:
                 refs[keys[index]] = 1
                 table[index] = keys[index]
+                self._registrations += 1
+
+    def _forget_lookups(self, request_id: str) -> None:
+        """Drop what lookups kept of a request that starts or leaves."""
+        self._looked.pop(request_id, None)
+        self._shared.pop(request_id, None)
+        self._positions.pop(request_id, None)
 
     def _keys_of(self, request: Request) -> list[int]:
         keys = self._keys.get(request.request_id)
