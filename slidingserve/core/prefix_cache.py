@@ -27,15 +27,12 @@ from typing import TYPE_CHECKING
 
 from slidingserve.core.kv_blocks import KVBlockManager
 from slidingserve.core.prefix import block_keys
+from slidingserve.core.prefix_lookups import KeptHits
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from slidingserve.core.request import Request
-
-
-_NOT_LOOKED = (0, -1, -1, -1)  # a lookup's stamp before the first
-_EVICTION_LOG = 1 << 16  # evicted keys kept before the oldest ones no lookup needs go
 
 
 class PrefixCachingKV(KVBlockManager):
@@ -50,16 +47,9 @@ class PrefixCachingKV(KVBlockManager):
         self._refs: dict[int, int] = {}  # resident keys: how many requests hold each
         self._pool: OrderedDict[int, None] = OrderedDict()  # free resident keys, LRU first
         self._plain_free = num_blocks  # free blocks without a key
-        # Changes that a lookup depends on, counted: a lookup is reused while they stand
-        self._evicted: list[int] = []  # the keys evicted, in order (a hit may shrink), but
-        self._evicted_before = 0  # the first ones, that no lookup needs any more
-        self._registrations = 0  # keys cached (a hit may grow)
-        self._ref_changes = 0  # keys whose holders went from none to some or back
-        # id -> (hit, evictions, registrations, prefill target) at its last lookup
-        self._looked: dict[str, tuple[int, int, int, int]] = {}
-        self._shared: dict[str, tuple[int, int, int, int]] = {}  # id -> (hit, evictions,
-        # ref changes, shared blocks)
-        self._positions: dict[str, dict[int, int]] = {}  # id -> its keys' positions
+        self._hits = KeptHits()  # the waiting requests' hits (`prefix_lookups.py`)
+        self._registrations = 0  # keys cached so far: a kept hit may grow when this does
+        self._holder_changes = 0  # keys whose holders went from none to some or back
         self.queried_tokens = 0
         self.hit_tokens = 0
 
@@ -77,62 +67,41 @@ class PrefixCachingKV(KVBlockManager):
         table = self._tables.get(request.request_id)
         if table is not None:
             return len(table)
-        return self._looked_shared(request)
+        return self._shared_hit_blocks(request)
 
     def lookup(self, request: Request) -> int:
         """Tokens of `request`'s prefill target already resident (a block multiple, at most
-        the target less one); 0 without content or once it holds blocks. Changes nothing."""
+        the target less one); 0 without content or once it holds blocks. Changes nothing
+        a policy or the engine could see."""
         request_id, target = request.request_id, request.prefill_target
-        hit, evictions, registrations, looked_target = self._looked.get(request_id, _NOT_LOOKED)
-        unchanged = evictions == self._evictions and registrations == self._registrations
-        if unchanged and looked_target == target:
-            return hit * self.block_size  # nothing came or went since
+        hit = self._hits.get(request_id)
+        if hit is not None and hit.registrations == self._registrations and hit.target == target:
+            return hit.blocks * self.block_size  # nothing cached since; evictions cut it
         if not request.content or request_id in self._tables:
             return 0
         keys = self._keys_of(request)
-        if evictions != self._evictions:
-            hit = self._still_cached(request_id, keys, hit, evictions)
+        if hit is None:
+            hit = self._hits.keep(request_id, keys, self._registrations, target)
         most = min(len(keys), (target - 1) // self.block_size)
-        hit = min(hit, most)
-        refs = self._refs
-        while hit < most and keys[hit] in refs:
-            hit += 1
-        self._looked[request_id] = (hit, self._evictions, self._registrations, target)
-        return hit * self.block_size
+        blocks, refs = min(hit.blocks, most), self._refs
+        while blocks < most and keys[blocks] in refs:
+            blocks += 1
+        hit.blocks, hit.registrations, hit.target = blocks, self._registrations, target
+        return blocks * self.block_size
 
-    def _still_cached(self, request_id: str, keys: list[int], hit: int, evictions: int) -> int:
-        """How much of a hit of `hit` blocks, found when `evictions` keys had been evicted,
-        is left: up to the first of its keys evicted since (none without a lookup since the
-        evictions still kept)."""
-        if evictions < self._evicted_before:
-            return 0  # never looked up, or too long ago: start over
-        positions = self._positions.get(request_id)
-        if positions is None:
-            positions = self._positions[request_id] = {key: i for i, key in enumerate(keys)}
-        for key in self._evicted[evictions - self._evicted_before :]:
-            position = positions.get(key)
-            if position is not None and position < hit:
-                hit = position
-        return hit
-
-    def _looked_shared(self, request: Request) -> int:
-        """Hit blocks of a request that has not started that running requests hold, as of its
-        last `lookup` (0 if its computed tokens are not that hit); counted when first asked
-        for after a change."""
-        looked = self._looked.get(request.request_id)
-        if looked is None or looked[1] != self._evictions:
+    def _shared_hit_blocks(self, request: Request) -> int:
+        """Hit blocks of a request that has not started that running requests hold, as of
+        its last `lookup` (0 if its computed tokens are not that hit); counted again only
+        after a change."""
+        hit = self._hits.get(request.request_id)
+        if hit is None or request.num_computed != hit.blocks * self.block_size:
             return 0
-        hit = looked[0]
-        if request.num_computed != hit * self.block_size:
-            return 0
-        stamp = (hit, self._evictions, self._ref_changes)
-        cached = self._shared.get(request.request_id)
-        if cached is not None and cached[:3] == stamp:
-            return cached[3]
-        refs = self._refs
-        shared = sum(1 for key in self._keys_of(request)[:hit] if refs[key])
-        self._shared[request.request_id] = (*stamp, shared)
-        return shared
+        stamp = (hit.blocks, self._holder_changes)
+        if hit.shared_stamp != stamp:
+            refs = self._refs
+            hit.shared = sum(1 for key in self._keys_of(request)[: hit.blocks] if refs[key])
+            hit.shared_stamp = stamp
+        return hit.shared
 
     def extra_blocks(self, request: Request, new_tokens: int) -> int:
         needed = -(-(request.num_computed + new_tokens) // self.block_size)
@@ -158,7 +127,7 @@ class PrefixCachingKV(KVBlockManager):
 
     def free(self, request: Request) -> None:
         table = self._tables.pop(request.request_id, None)
-        self._forget_lookups(request.request_id)
+        self._forget_hit(request)
         if table is None:
             return
         refs, pool = self._refs, self._pool
@@ -169,7 +138,7 @@ class PrefixCachingKV(KVBlockManager):
             refs[key] -= 1
             if not refs[key]:
                 pool[key] = None
-                self._ref_changes += 1
+                self._holder_changes += 1
 
     def _start(self, request: Request) -> None:
         """Share `request`'s hit (its computed tokens, read by `lookup`) and count it."""
@@ -189,11 +158,11 @@ class PrefixCachingKV(KVBlockManager):
                 )
             if not refs[key]:
                 del pool[key]
-                self._ref_changes += 1
+                self._holder_changes += 1
             refs[key] += 1
             table.append(key)
         self._tables[request.request_id] = table
-        self._forget_lookups(request.request_id)
+        self._forget_hit(request)
         self.queried_tokens += request.prefill_target
         self.hit_tokens += request.num_computed
 
@@ -218,20 +187,7 @@ class PrefixCachingKV(KVBlockManager):
             return
         key, _ = self._pool.popitem(last=False)  # the least recently used
         del self._refs[key]
-        self._evicted.append(key)
-        if len(self._evicted) > _EVICTION_LOG:
-            self._trim_evictions()
-
-    def _trim_evictions(self) -> None:
-        """Forget the older half of the evictions: a waiting request is looked up at every
-        step, so hardly any lookup needs them (one that does starts over)."""
-        drop = len(self._evicted) // 2
-        del self._evicted[:drop]
-        self._evicted_before += drop
-
-    @property
-    def _evictions(self) -> int:
-        return self._evicted_before + len(self._evicted)
+        self._hits.evicted(key)
 
     def _cache_full_blocks(self, request: Request, table: list[int | None], computed: int) -> None:
         """Give a key to each block that became full, unless another block holds it."""
@@ -244,11 +200,10 @@ class PrefixCachingKV(KVBlockManager):
                 table[index] = keys[index]
                 self._registrations += 1
 
-    def _forget_lookups(self, request_id: str) -> None:
-        """Drop what lookups kept of a request that starts or leaves."""
-        self._looked.pop(request_id, None)
-        self._shared.pop(request_id, None)
-        self._positions.pop(request_id, None)
+    def _forget_hit(self, request: Request) -> None:
+        """Stop keeping the hit of a request that starts or leaves."""
+        if self._hits.get(request.request_id) is not None:
+            self._hits.forget(request.request_id, self._keys_of(request))
 
     def _keys_of(self, request: Request) -> list[int]:
         keys = self._keys.get(request.request_id)

@@ -178,6 +178,7 @@ class EngineState:
                 raise ValueError(f"request {request.request_id} cannot be refused: it has started")
             request.phase = Phase.FINISHED
             request.refused = True
+            self.kv.free(request)  # it holds nothing; a prefix cache forgets its lookup
             self._num_finished += 1
         ids = {id(r) for r in requests}
         self.waiting = [r for r in self.waiting if id(r) not in ids]
