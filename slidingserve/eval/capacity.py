@@ -7,7 +7,8 @@ least that much each, however they are batched. Attention is additive per reques
 prefill at the chunking that minimises it (closed form), its decodes at their per-token
 cost with the per-batch constant amortised away. Nothing is shared across requests beyond
 what the bound already amortises, so no schedule finishes requests faster on average (up to
-the noise, which has mean 1).
+the noise, which has mean 1). With a prefix cache, a request's prefill is charged without the
+tokens an unbounded cache could have found for it (`prefix_savings.py`).
 """
 
 from __future__ import annotations
@@ -16,11 +17,15 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from slidingserve.core.view import EngineLimits
+from slidingserve.eval.prefix_savings import computed_prompts
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
 from slidingserve.workloads import WorkloadConfig, sample_workload
 from slidingserve.workloads.workload import WorkloadSample
+
+IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,14 +50,15 @@ def capacity_bound(
     latency, sample = bound_sample(workload, hardware, num_samples, seed)
     prompt = sample.prompt_lens.astype(np.float64)
     output = sample.output_lens.astype(np.float64)
+    computed = charged_prompts(sample, limits)  # less the best-case prefix hits
     sizes = np.arange(1, limits.max_num_batched_tokens + 1)
     per_token = latency.non_attention_time(sizes) / sizes
     best = int(np.argmin(per_token))
     token_seconds = float(per_token[best])
-    tokens = prompt + output - 1  # the last prefill step emits the first token
+    tokens = computed + output - 1  # the last prefill step emits the first token
     seconds = (
         token_seconds * tokens
-        + least_prefill_attention(latency, sample.prompt_lens, limits.max_num_batched_tokens)
+        + least_prefill_attention(latency, computed, limits.max_num_batched_tokens)
         + least_decode_attention(latency, prompt, output)
     )
     mean = float(seconds.mean())
@@ -111,3 +117,14 @@ def bound_sample(
         load_model(hardware.model).max_model_len,
     )
     return latency, sample
+
+
+def charged_prompts(sample: WorkloadSample, limits: EngineLimits) -> IntArray:
+    """The prompt tokens a bound charges each request of `sample` (`prefix_savings.py`)."""
+    return computed_prompts(
+        sample.content,
+        sample.prompt_lens.astype(np.int64),
+        sample.output_lens.astype(np.int64),
+        limits.block_size,
+        limits.prefix_caching,
+    )

@@ -72,6 +72,7 @@ from scipy.optimize import linprog
 from slidingserve.core.view import EngineLimits
 from slidingserve.eval.capacity import (
     bound_sample,
+    charged_prompts,
     least_decode_attention,
     least_prefill_attention,
 )
@@ -130,7 +131,7 @@ def memory_bound(
     seed `seed`'s window of it)."""
     latency, sample = bound_sample(workload, hardware, num_samples, seed)
     prompt, output = sample.prompt_lens.astype(np.int64), sample.output_lens.astype(np.int64)
-    demand = request_demand(latency, limits, prompt, output)
+    demand = request_demand(latency, limits, prompt, output, charged_prompts(sample, limits))
     tokens = np.arange(1, limits.max_num_batched_tokens + 1)
     non_attention = latency.non_attention_time(tokens).astype(np.float64)
     return bound_of(
@@ -139,19 +140,26 @@ def memory_bound(
 
 
 def request_demand(
-    latency: GroundTruthLatency, limits: EngineLimits, prompt: IntArray, output: IntArray
+    latency: GroundTruthLatency,
+    limits: EngineLimits,
+    prompt: IntArray,
+    output: IntArray,
+    computed: IntArray | None = None,
 ) -> RequestDemand:
     """Tokens, held blocks and least attention of requests of these prompt and output
-    lengths (tokens), averaged."""
-    if prompt.size == 0 or np.any(prompt < 1) or np.any(output < 1):
+    lengths (tokens), averaged; `computed`: the prompt tokens each must compute (less its
+    best-case prefix hit; all of them by default), which also stand for its blocks (shared
+    ones counted once, a relaxation)."""
+    computed = prompt if computed is None else computed
+    if prompt.size == 0 or np.any(computed < 1) or np.any(output < 1):
         raise ValueError("the memory-aware bound needs requests of ≥ 1 prompt and output token")
-    p, d = prompt.astype(np.float64), output.astype(np.float64)
+    c, d = computed.astype(np.float64), output.astype(np.float64)
     attention = least_prefill_attention(
-        latency, prompt, limits.max_num_batched_tokens
-    ) + least_decode_attention(latency, p, d)
+        latency, computed, limits.max_num_batched_tokens
+    ) + least_decode_attention(latency, prompt.astype(np.float64), d)
     return RequestDemand(
-        float(np.mean(p + d - 1)),
-        float(np.mean(held_blocks(prompt, output, limits.block_size))),
+        float(np.mean(c + d - 1)),
+        float(np.mean(held_blocks(computed, output, limits.block_size))),
         float(attention.mean()),
     )
 

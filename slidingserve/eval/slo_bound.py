@@ -93,6 +93,7 @@ from slidingserve.eval.capacity import (
     least_decode_attention,
     least_prefill_attention,
 )
+from slidingserve.eval.prefix_savings import computed_prompts
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
 from slidingserve.workloads import WorkloadConfig, generate_requests
 
@@ -263,24 +264,34 @@ def _demand(
     ttft = np.array([r.slo.ttft for r in requests])
     tbt = np.array([r.slo.tbt for r in requests])
     budget = limits.max_num_batched_tokens
-    tokens = prompt.astype(np.float64)
+    computed = computed_prompts(  # less the best-case prefix hits (`prefix_savings.py`)
+        [r.content for r in requests],
+        prompt,
+        output.astype(np.int64),
+        limits.block_size,
+        limits.prefix_caching,
+    )
+    tokens = computed.astype(np.float64)
     least_na = float(np.min(latency.non_attention_time(np.arange(1, budget + 1))))
-    prefill_attention = least_prefill_attention(latency, prompt, budget)
+    prefill_attention = least_prefill_attention(latency, computed, budget)
     first_token = (
         np.maximum(np.ceil(tokens / budget) * least_na, token_seconds * tokens) + prefill_attention
     )
     window = ttft + (output - 1) * tbt - first_token  # longest decode phase that meets the SLO
-    decode_phase = _least_decode_phase(latency, least_na, tokens, output)
+    decode_phase = _least_decode_phase(latency, least_na, prompt.astype(np.float64), output)
     unattainable = (first_token > ttft) | (window < decode_phase)
     decoding = ~unattainable & (output >= 2)
     steps, contexts = _decode_bins(prompt[decoding], output[decoding].astype(np.int64))
     exempt_decodes = float(np.sum((output - 1)[unattainable]))
     return _Demand(
-        prefill_tokens=float(tokens.mean()) + exempt_decodes / num_samples,
-        decode_steps=steps / num_samples,
+        prefill_tokens=float(tokens.mean()) + exempt_decodes / count,  # per request of the
+        decode_steps=steps / count,  # sample (a replayed window has its own count)
         bin_contexts=contexts,
         attention_seconds=float(
-            np.mean(prefill_attention + least_decode_attention(latency, tokens, output))
+            np.mean(
+                prefill_attention
+                + least_decode_attention(latency, prompt.astype(np.float64), output)
+            )
         ),
         decode_budget=float(np.where(decoding, window, 0.0).mean()),
         unattainable=float(unattainable.mean()),
