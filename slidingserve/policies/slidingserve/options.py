@@ -81,6 +81,7 @@ APPLIES: Mapping[str, Applies] = {
     "lost_last": Applies(
         lambda o: not _mlps(o), "MLPS (sorter=mlps) already puts lost requests last"
     ),
+    "prefix_first": Applies(lambda o: not _mlps(o), "it moves requests in the EDF order only"),
     "triage_rate": Applies(
         lambda o: o["overload"] != "none", "there is no triage (overload=none) to take a rate"
     ),
@@ -189,7 +190,7 @@ def _check_choices(options: Mapping[str, Any]) -> None:
 def _ordering(options: Mapping[str, Any]) -> Ordering:
     if options["sorter"] == "mlps":
         return MlpsOrder(**{k: options[k] for k in ("alpha", "epsilon") if k in options})
-    return EdfOrder(**{k: options[k] for k in ("lost_last",) if k in options})
+    return EdfOrder(**{k: options[k] for k in ("lost_last", "prefix_first") if k in options})
 
 
 def _split_rule(options: Mapping[str, Any]) -> SplitRule:
@@ -201,7 +202,11 @@ def _split_rule(options: Mapping[str, Any]) -> SplitRule:
 def _ordering_options(ordering: Ordering) -> dict[str, Any]:
     if isinstance(ordering, MlpsOrder):
         return {"sorter": "mlps", "alpha": ordering.alpha, "epsilon": ordering.epsilon}
-    return {"sorter": "edf", "lost_last": ordering.lost_last}
+    return {
+        "sorter": "edf",
+        "lost_last": ordering.lost_last,
+        "prefix_first": ordering.prefix_first,
+    }
 
 
 def _budget_options(budget: BudgetConfig) -> dict[str, Any]:

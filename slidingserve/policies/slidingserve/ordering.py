@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
-from slidingserve.core.checks import require_positive
-from slidingserve.core.request import next_deadlines
+from slidingserve.core.checks import require_number, require_positive
+from slidingserve.core.request import WAITING, next_deadlines
 from slidingserve.policies.common import deadline_order
 
 if TYPE_CHECKING:
@@ -37,10 +37,15 @@ class EdfOrder:
     """Earliest deadline of the next token first, ties by arrival (option `sorter=edf`)."""
 
     lost_last: bool = False  # requests whose next deadline passed go after the live ones
+    # > 0 (seconds): a waiting request whose prefix is cached goes as if its deadline came
+    # this much earlier times the share of its prefill the cache holds, so that it runs
+    # before its blocks are evicted (option `prefix_first`)
+    prefix_first: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.lost_last, bool):
             raise ValueError(f"lost_last must be true or false, got {self.lost_last!r}")
+        require_number("prefix_first", self.prefix_first, 0)
 
 
 Ordering = MlpsOrder | EdfOrder
@@ -102,13 +107,32 @@ def edf_order(
 
 
 def edf_queue(
-    candidates: Sequence[Request], now: float = 0.0, *, lost_last: bool = False
+    candidates: Sequence[Request],
+    now: float = 0.0,
+    *,
+    lost_last: bool = False,
+    prefix_first: float = 0.0,
 ) -> DeadlineQueue:
-    """`edf_order` with the deadlines it read, in the same order."""
+    """`edf_order` with the deadlines it read, in the same order; `prefix_first` (seconds)
+    moves waiting requests with a prefix-cache hit ahead (`EdfOrder.prefix_first`)."""
     deadlines = next_deadlines(candidates)  # each deadline read once
-    order = deadline_order(deadlines, [r.arrival for r in candidates])
+    keys = _prefix_first_keys(candidates, deadlines, prefix_first) if prefix_first else deadlines
+    order = deadline_order(keys, [r.arrival for r in candidates])
     if lost_last:
         live = [i for i in order if deadlines[i] > now]
         if len(live) < len(order):
             order = live + [i for i in order if deadlines[i] <= now]
     return DeadlineQueue([candidates[i] for i in order], [deadlines[i] for i in order])
+
+
+def _prefix_first_keys(
+    candidates: Sequence[Request], deadlines: list[float], window: float
+) -> list[float]:
+    """Each request's deadline, less `window` × the share of its prefill target its hit
+    covers for a waiting request (its computed tokens are its hit)."""
+    return [
+        deadline - window * r.num_computed / r.prefill_target
+        if r.phase is WAITING and r.num_computed
+        else deadline
+        for r, deadline in zip(candidates, deadlines, strict=True)
+    ]

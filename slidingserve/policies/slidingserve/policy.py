@@ -302,7 +302,12 @@ class SlidingServePolicy(Policy):
         ordering = self.config.ordering
         deadlines = None
         if isinstance(ordering, EdfOrder):
-            queue, deadlines = edf_queue(candidates, view.now, lost_last=ordering.lost_last)
+            queue, deadlines = edf_queue(
+                candidates,
+                view.now,
+                lost_last=ordering.lost_last,
+                prefix_first=ordering.prefix_first,
+            )
         else:
             queue = sort_queue(ordering, candidates, view.now, self.rate.value)
         if self.triage is None:

@@ -67,7 +67,7 @@ def test_a_composition_has_no_default_parts() -> None:
 
 def test_every_option_is_flat_and_known() -> None:
     assert set(flatten(PAPER)) | set(flatten(DESIGN)) <= set(OPTIONS)
-    assert len(OPTIONS) == 25
+    assert len(OPTIONS) == 26
 
 
 class TestChangingAPart:
@@ -176,3 +176,13 @@ def test_a_composition_built_directly_is_checked_across_parts() -> None:
 def test_an_unknown_admission_test_is_refused_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown admission_test 'hope'; known: alone, queue"):
         build("slidingserve", admission=True, admission_test="hope")
+
+
+def test_prefix_first_moves_cached_waiting_requests_ahead_in_edf_only() -> None:
+    assert compose(DESIGN, {"prefix_first": 0.5}).ordering == EdfOrder(
+        lost_last=True, prefix_first=0.5
+    )
+    with pytest.raises(ValueError, match="prefix_first does nothing"):
+        compose(DESIGN, {"sorter": "mlps", "prefix_first": 0.5})
+    with pytest.raises(ValueError, match="prefix_first"):
+        compose(DESIGN, {"prefix_first": -1})

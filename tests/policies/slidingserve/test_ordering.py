@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from factories import make_request
 
-from slidingserve.policies.slidingserve.ordering import edf_order, mlps_order, urgency
+from slidingserve.core import Phase
+from slidingserve.policies.slidingserve.ordering import edf_order, edf_queue, mlps_order, urgency
 
 
 def ids(requests: list) -> list[str]:  # type: ignore[type-arg]
@@ -64,3 +65,21 @@ def test_edf_orders_by_next_deadline() -> None:
     late = make_request("late", arrival=0.0, ttft=6.0)
     soon = make_request("soon", arrival=1.0, ttft=2.0)
     assert ids(edf_order([late, soon])) == ["soon", "late"]
+
+
+def test_prefix_first_moves_a_cached_waiting_request_ahead_by_its_share() -> None:
+    # Deadlines 2.0 and 2.3 s; "cached" finds 750 of its 1,000 prompt tokens in the cache.
+    first = make_request("first", arrival=0.0, ttft=2.0, prompt=1000)
+    cached = make_request("cached", arrival=0.3, ttft=2.0, prompt=1000, computed=750)
+    cached.phase = Phase.WAITING
+    assert ids(edf_queue([first, cached]).requests) == ["first", "cached"]
+    moved = edf_queue([first, cached], prefix_first=0.5)  # 2.3 − 0.5 × 0.75 < 2.0
+    assert ids(moved.requests) == ["cached", "first"]
+    assert moved.deadlines == [2.3, 2.0]  # the triage still reads the true deadlines
+    assert ids(edf_queue([first, cached], prefix_first=0.2).requests) == ["first", "cached"]
+
+
+def test_prefix_first_leaves_prefilling_requests_where_they_are() -> None:
+    first = make_request("first", arrival=0.0, ttft=2.0, prompt=1000)
+    started = make_request("started", arrival=0.3, ttft=2.0, prompt=1000, computed=750)
+    assert ids(edf_queue([first, started], prefix_first=5.0).requests) == ["first", "started"]
