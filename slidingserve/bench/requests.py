@@ -5,7 +5,12 @@ and SLOs for one seed), generated for the simulator's 8192-token context and the
 the served model's context: both lengths × max_model_len / 8192 when the model's context is
 shorter, rounded, then trimmed so that prompt + output ≤ max_model_len − 1, each ≥ 1 token.
 Prompts are token ids drawn from a stream of the seed of their own (in [10, vocab_size)), so a
-prompt has exactly its planned length whatever the tokenizer.
+prompt has exactly its planned length whatever the tokenizer. A request whose content is known
+(`--system-prompt`, `--conversations`, a replayed trace's hash ids) takes each run's ids from
+its segment's own stream instead, so that requests sharing text share token ids and the
+server's prefix cache finds them; scaling a prompt to the context keeps its leading runs.
+Only prompts share ids: a conversation's next turn repeats the previous turn's planned
+output, which the server never generated, so live it shares the earlier prompt only.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from slidingserve.core.checks import require_int
+from slidingserve.core.prefix import Run, leading_runs
 from slidingserve.core.request import Request
 from slidingserve.core.slo_args import to_slo_args
 from slidingserve.workloads import WorkloadConfig, generate_requests
@@ -31,6 +37,9 @@ REFERENCE_CONTEXT = 8192
 
 FIRST_TOKEN_ID = 10
 """Prompt ids start here: low ids are often special tokens (BOS, EOS, padding)."""
+
+SEGMENT_CHUNK = 1024
+"""A content segment's token ids are drawn this many at a time (`SegmentIds`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,16 +68,49 @@ def plan_requests(
     """The workload's requests at `rate` (requests/s), scaled to `max_model_len` tokens."""
     vocab_size = require_int("vocab_size", vocab_size, minimum=FIRST_TOKEN_ID + 1)
     ids = _prompt_stream(seed)
+    segments = SegmentIds(seed, vocab_size)
     return [
         PlannedRequest(
             request.request_id,
             request.arrival,
-            tuple(ids.integers(FIRST_TOKEN_ID, vocab_size, size=request.prompt_len).tolist()),
+            segments.prompt(request)
+            if request.content
+            else tuple(ids.integers(FIRST_TOKEN_ID, vocab_size, size=request.prompt_len).tolist()),
             request.output_len,
             request.slo,
         )
         for request in scaled_requests(workload, rate, seed, max_model_len)
     ]
+
+
+class SegmentIds:
+    """The token ids of each content segment: a stream of its own, the same in every request
+    that holds it, drawn once and kept as far as a request has read it."""
+
+    def __init__(self, seed: int, vocab_size: int) -> None:
+        self._seed = seed
+        self._vocab_size = vocab_size
+        self._ids: dict[int, list[int]] = {}
+
+    def prompt(self, request: Request) -> tuple[int, ...]:
+        """`request`'s prompt ids, run by run (its content's first `prompt_len` tokens)."""
+        ids: list[int] = []
+        used: dict[int, int] = {}  # tokens of each segment read so far in this request
+        for segment, tokens in leading_runs(request.content, request.prompt_len):
+            start = used.get(segment, 0)
+            used[segment] = start + tokens
+            ids += self._segment(segment, start + tokens)[start : start + tokens]
+        return tuple(ids)
+
+    def _segment(self, segment: int, length: int) -> list[int]:
+        """At least the first `length` ids of `segment`, drawn `SEGMENT_CHUNK` at a time,
+        chunk k from a stream of (seed, segment, k): the same whatever reads it first."""
+        known = self._ids.setdefault(segment, [])
+        while len(known) < length:
+            chunk = len(known) // SEGMENT_CHUNK
+            stream = np.random.default_rng([self._seed, segment % (1 << 63), chunk])
+            known += stream.integers(FIRST_TOKEN_ID, self._vocab_size, SEGMENT_CHUNK).tolist()
+        return known
 
 
 def scaled_requests(
@@ -83,9 +125,20 @@ def scaled_requests(
         max_model_len,
     )
     return [
-        Request(request.request_id, request.arrival, p, o, request.slo)
+        Request(
+            request.request_id, request.arrival, p, o, request.slo, content=_scaled(request, p, o)
+        )
         for request, p, o in zip(requests, prompt.tolist(), output.tolist(), strict=True)
     ]
+
+
+def _scaled(request: Request, prompt: int, output: int) -> tuple[Run, ...]:
+    """`request`'s content for a prompt cut to `prompt` tokens (its leading runs) and an
+    output of `output` (its own output segment); empty without content."""
+    if not request.content:
+        return ()
+    output_segment = leading_runs(request.content, request.prompt_len + 1)[-1][0]
+    return (*leading_runs(request.content, prompt), (output_segment, output))
 
 
 def scale_lengths(

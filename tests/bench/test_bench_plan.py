@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 
 from slidingserve.bench import plan_requests, request_body, scale_lengths
-from slidingserve.bench.requests import REFERENCE_CONTEXT
+from slidingserve.bench.requests import REFERENCE_CONTEXT, scaled_requests
 from slidingserve.workloads import (
     ArrivalConfig,
     WorkloadConfig,
     generate_requests,
     get_tier_mix,
 )
+from slidingserve.workloads.prefixes import SystemPrompt
 
 
 def lengths(*values: int) -> np.ndarray:
@@ -105,3 +106,28 @@ def test_body_without_vllm_fields() -> None:
     body = request_body(planned, "m", xargs=False)
     assert "vllm_xargs" not in body and "return_token_ids" not in body
     assert "priority" not in body
+
+
+def test_requests_sharing_a_system_prompt_share_its_token_ids() -> None:
+    workload = WorkloadConfig("sharegpt", 40, system_prompt=SystemPrompt(300, 0.5))
+    planned = plan_requests(workload, 2.0, 0, 2048, 1000)
+    requests = scaled_requests(workload, 2.0, 0, 2048)
+    firsts = [r.content[0][0] for r in requests]
+    system = max(set(firsts), key=firsts.count)  # the system prompt's segment
+    with_it = [p for p, first in zip(planned, firsts, strict=True) if first == system]
+    assert 5 < len(with_it) < 35
+    # Scaled to a 2,048-token context, a prompt keeps its leading tokens: the system
+    # prompt's, as far as the prompt goes; the rest of each prompt is its own.
+    assert len({p.prompt_ids[:75] for p in with_it if p.prompt_tokens >= 75}) == 1
+    own = [p.prompt_ids[-20:] for p in planned if p.prompt_tokens > 400]
+    assert len(set(own)) == len(own)
+    for plan, request in zip(planned, requests, strict=True):
+        assert plan.prompt_tokens == request.prompt_len
+        assert sum(t for _, t in request.content) == request.prompt_len + request.output_len
+
+
+def test_without_content_the_prompt_ids_do_not_change() -> None:
+    workload = WorkloadConfig("sharegpt", 20)
+    first = plan_requests(workload, 2.0, 3, 2048, 1000)
+    assert first == plan_requests(workload, 2.0, 3, 2048, 1000)
+    assert all(not r.content for r in scaled_requests(workload, 2.0, 3, 2048))
