@@ -424,7 +424,7 @@ MISMATCHES = "slidingserve:plan_mismatches_total"
 
 
 def test_shared_prefixes_cut_mid_prefill_then_evicted(server: Served) -> None:
-    """12 requests sharing a 320-token prefix, half hung up on 0 to 200 ms in (often inside
+    """12 requests sharing a 320-token prefix, half hung up on 0 to 30 ms in (often inside
         the shared prefill); then 6 long prompts that starve the KV cache and evict the cached
         prefix; then 4 more with the prefix. Every request not cut gets all its tokens, the
         later ones find the prefix they share (the plan mismatches are printed: under KV starvation
@@ -440,7 +440,7 @@ def test_shared_prefixes_cut_mid_prefill_then_evicted(server: Served) -> None:
         first = with_prefix(12)
         outcomes = list(
             await asyncio.gather(
-                *(cut_after_seconds(http, server.base, r, rng.uniform(0, 0.2)) for r in first[:6]),
+                *(cut_after_seconds(http, server.base, r, rng.uniform(0, 0.03)) for r in first[:6]),
                 *(answered(http, server.base, r) for r in first[6:]),
             )
         )
