@@ -4,6 +4,7 @@
                                         [--policies slidingserve sarathi]
                                         [--features rich|paper]
                                         [--set LABEL.OPTION=VALUE ...]
+                                        [--prefix-cache]
 
 For each size N it builds `--views` random engine states with N active requests: half
 decoding (ShareGPT-like contexts, 50 ms TBT, next-token slack 50 ms + Exp(200 ms)), half
@@ -16,6 +17,9 @@ path, and the median predicted iteration time for scale (the paper's budget: sch
 `--features` picks the predictor the policies plan with (the calibration's, rich by default);
 `--set` gives a policy or a label its options (`--policies slidingserve slidingserve#nocap
 --set slidingserve#nocap.iteration_cap=0`: what one switch costs, measured in one run).
+`--prefix-cache` builds the states on a prefix cache (`core/prefix_cache.py`): 80% of the
+requests start with one 512-token system prompt, the running ones hold their blocks and
+each waiting one sees its hit as computed, as the simulator shows them.
 """
 
 from __future__ import annotations
@@ -28,20 +32,31 @@ import numpy as np
 
 from slidingserve.cli.settings import with_assignments
 from slidingserve.core import SLO, EngineLimits, KVBlockManager, Phase, Request, SchedulerView
+from slidingserve.core.prefix_cache import PrefixCachingKV
 from slidingserve.policies import PolicyContext, make_policy
 from slidingserve.policies.slidingserve import SlidingServePolicy
 from slidingserve.predictor import DEFAULT_FEATURES, FEATURE_SETS
 from slidingserve.sim.calibration import calibrate
 from slidingserve.sim.hardware import HardwareConfig
 from slidingserve.workloads import WorkloadConfig, sample_workload
+from slidingserve.workloads.prefixes import SystemPrompt
+
+SYSTEM_PROMPT = SystemPrompt(512, 0.8)  # what `--prefix-cache` states share
 
 
-def random_view(size: int, limits: EngineLimits, rng: np.random.Generator) -> SchedulerView:
+def random_view(
+    size: int, limits: EngineLimits, rng: np.random.Generator, prefix_cache: bool = False
+) -> SchedulerView:
     now = 100.0
-    sample = sample_workload(
-        WorkloadConfig("sharegpt", size), 1.0, int(rng.integers(1 << 30)), 8192
+    workload = WorkloadConfig(
+        "sharegpt", size, system_prompt=SYSTEM_PROMPT if prefix_cache else None
     )
-    kv = KVBlockManager(10_000_000, limits.block_size)
+    sample = sample_workload(workload, 1.0, int(rng.integers(1 << 30)), 8192)
+    kv = (
+        PrefixCachingKV(10_000_000, limits.block_size)
+        if prefix_cache
+        else KVBlockManager(10_000_000, limits.block_size)
+    )
     waiting: list[Request] = []
     running: list[Request] = []
     for i in range(size):
@@ -61,8 +76,14 @@ def random_view(size: int, limits: EngineLimits, rng: np.random.Generator) -> Sc
             if rng.random() < 0.3:
                 request.phase = Phase.PREFILLING
                 request.num_computed = int(rng.integers(1, prompt)) if prompt > 1 else 0
-        _allocate(kv, request)
+        if sample.content is not None:
+            request.content = sample.content[i]
+        if request.phase is not Phase.WAITING:
+            _allocate(kv, request)
         (running if request.phase is not Phase.WAITING else waiting).append(request)
+    if isinstance(kv, PrefixCachingKV):
+        for request in waiting:
+            request.num_computed = kv.lookup(request)
     return SchedulerView.from_queues(now, waiting, running, limits, kv)
 
 
@@ -72,7 +93,10 @@ def _request(i: int, arrival: float, prompt: int, output: int, ttft: float) -> R
 
 def _allocate(kv: KVBlockManager, request: Request) -> None:
     computed, request.num_computed = request.num_computed, 0
-    kv.grow(request, computed)
+    if isinstance(kv, PrefixCachingKV):
+        request.num_computed = min(kv.lookup(request), computed)  # a hit it started from
+        request.num_computed -= request.num_computed % kv.block_size
+    kv.grow(request, computed - request.num_computed)
     request.num_computed = computed
 
 
@@ -85,6 +109,9 @@ def main() -> None:
     parser.add_argument(
         "--set", action="append", metavar="LABEL.OPTION=VALUE", help="a policy's option"
     )
+    parser.add_argument(
+        "--prefix-cache", action="store_true", help="states on a prefix cache, prompts shared"
+    )
     args = parser.parse_args()
     options = with_assignments({"policies": {}}, args.set)["policies"]
     calibration = calibrate(HardwareConfig(), EngineLimits())
@@ -93,7 +120,7 @@ def main() -> None:
     print(f"{'requests':>8}  {'policy':<22} {'median ms':>9} {'p99 ms':>8}  components (median ms)")
     for size in args.sizes:
         limits = EngineLimits(max_num_batched_tokens=2048, max_num_seqs=max(256, size))
-        views = [random_view(size, limits, rng) for _ in range(args.views)]
+        views = [random_view(size, limits, rng, args.prefix_cache) for _ in range(args.views)]
         for name in args.policies:
             context = PolicyContext(limits, predictor, calibration.batches)
             policy = make_policy(name, context, options.get(name, {}))
