@@ -63,14 +63,19 @@ def test_simulate_without_the_prefix_cache_says_so(capsys: pytest.CaptureFixture
     assert "prefix hits%" not in text  # no run had a cache
 
 
+SMALL_GOODPUT = (
+    "goodput", "--policies", "sarathi", "--workloads", "sharegpt", "--seeds", "1",
+    "--requests", "60", "--precision", "0.2", "--jobs", "1", "--no-progress",
+)  # fmt: skip
+"""A goodput run of a few seconds: one policy, one workload, one seed of 60 requests."""
+
+
 def test_goodput_runs_with_a_shared_system_prompt_and_reports_the_hits(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     code, text, _ = run(
-        capsys,
-        "goodput", "--policies", "sarathi", "--workloads", "sharegpt", "--seeds", "1",
-        "--requests", "60", "--precision", "0.2", "--curve-points", "0", "--jobs", "1",
-        "--no-progress", "--out-dir", str(tmp_path), "--system-prompt", "512",
+        capsys, *SMALL_GOODPUT, "--curve-points", "0", "--out-dir", str(tmp_path),
+        "--system-prompt", "512",
     )  # fmt: skip
     assert code == 0
     assert "a 512-token system prompt on 100% of requests; prefix cache on" in text
@@ -82,12 +87,7 @@ def test_goodput_runs_with_a_shared_system_prompt_and_reports_the_hits(
 def test_goodput_writes_table_json_csv_and_plot(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    code, text, _ = run(
-        capsys,
-        "goodput", "--policies", "sarathi", "--workloads", "sharegpt", "--seeds", "1",
-        "--requests", "60", "--precision", "0.2", "--curve-points", "2", "--jobs", "1",
-        "--no-progress", "--out-dir", str(tmp_path),
-    )  # fmt: skip
+    code, text, _ = run(capsys, *SMALL_GOODPUT, "--curve-points", "2", "--out-dir", str(tmp_path))
     assert code == 0
     assert "sharegpt" in text and "sarathi" in text
     payload = json.loads((tmp_path / "goodput.json").read_text())
