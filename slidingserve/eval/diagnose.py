@@ -196,6 +196,7 @@ class Diagnosis:
             gap_p99_ms=1000 * result.metrics.itl.p99,
             preemptions=result.num_preemptions,
             best_prefill_rate_tps=self.best_rate,
+            prefix_hit_rate=result.prefix_hit_rate,
         )
         *exact, more = PREEMPTION_COLUMNS
         counts = list(self.preempted) + [0] * len(exact)
@@ -310,10 +311,12 @@ def diagnosis_table(diagnoses: Sequence[Diagnosis]) -> str:
     """Per policy: requests, violating, each cause's count and share of the violating
     requests, median wait and prefill (all requests / violating ones), the p99 gap, the
     requests preempted 0/1/2/3+ times and the KV cache's use (time-weighted mean / peak,
-    and the share of the time it was full)."""
+    and the share of the time it was full), and the prefix cache's hit rate where a run
+    had one."""
+    cached = any(d.result.prefix_hit_rate is not None for d in diagnoses)
     header = ["policy", "requests", "violating", *(cause.value for cause in Cause)]
     header += ["wait p50 ms", "prefill p50 ms", "gap p99 ms", "preempted 0/1/2/3+"]
-    header += ["KV mean/peak (full)"]
+    header += ["KV mean/peak (full)", *(["prefix hits"] if cached else [])]
     rows = []
     for diagnosis in diagnoses:
         row = diagnosis.row()
@@ -331,6 +334,9 @@ def diagnosis_table(diagnoses: Sequence[Diagnosis]) -> str:
             "/".join(str(row[key]) for key in PREEMPTION_COLUMNS),
             _occupancy_cell(diagnosis.occupancy()),
         ]
+        if cached:
+            hits = row["prefix_hit_rate"]
+            cells.append("off" if hits is None else f"{hits:.0%}")
         rows.append(cells)
     return format_table(header, rows)
 

@@ -74,3 +74,20 @@ def test_non_positive_rate_is_refused(capsys: pytest.CaptureFixture[str], rate: 
         main(["diagnose", "--rate", rate])
     assert exit_info.value.code == 2
     assert "must be positive" in capsys.readouterr().err
+
+
+def test_diagnose_shows_the_prefix_cache_s_hits(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code = main(
+        [
+            "diagnose", "--requests", "80", "--rate", "2", "--system-prompt", "512",
+            "--policies", "sarathi-edf", "--out-dir", str(tmp_path),
+        ]
+    )  # fmt: skip
+    text = capsys.readouterr().out
+    assert code == 0
+    header = next(line for line in text.splitlines() if line.startswith("policy "))
+    assert header.rstrip().endswith("prefix hits")
+    row = json.loads((tmp_path / "causes.json").read_text())["policies"][0]
+    assert 0.1 < row["prefix_hit_rate"] < 0.5
