@@ -76,6 +76,11 @@ def _add_workload_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=cfg.SEED)
     parser.add_argument("--slo-scale", type=float, help="default: calibrated on this machine")
+    parser.add_argument(
+        "--system-prompt",
+        metavar="TOKENS[:SHARE]",
+        help="a SHARE of requests start with one TOKENS-token system prompt (usage, section 6)",
+    )
 
 
 class _Plan(NamedTuple):
@@ -131,6 +136,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         seed=measured.seed,
         repeats=measured.repeats,
         slo_scale=measured.slo_scale if args.slo_scale is None else args.slo_scale,
+        system_prompt=measured.system_prompt,
     )
     return _Plan(settings, measured.policies, measured.rates, measured.searched, measured)
 
@@ -144,6 +150,7 @@ def _live_settings(args: argparse.Namespace) -> LiveSettings:
         traces=args.trace,
         trace_columns=args.trace_columns,
         arrival=args.arrival,
+        system_prompt=args.system_prompt,
     )
     given = (args.workload,) if args.workload else None
     return LiveSettings(
@@ -156,6 +163,7 @@ def _live_settings(args: argparse.Namespace) -> LiveSettings:
         out_dir=args.out_dir,
         traces=cfg.trace_sources(workload),
         arrival=cfg.arrival_config(workload),
+        system_prompt=cfg.prefix_options(workload).get("system_prompt"),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from slidingserve.live.compare import LiveComparison
 from slidingserve.reporting import format_table
+from slidingserve.workloads.prefixes import SystemPrompt
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class MeasuredComparison:
     searched: bool
     rows: dict[tuple[str, float], dict[str, Any]]  # (policy, rate) -> row
     goodput: dict[str, float]  # policy -> searched goodput
+    system_prompt: SystemPrompt | None = None  # the shared system prompt, if it had one
 
 
 def load_measured(path: str | Path) -> MeasuredComparison:
@@ -49,12 +51,20 @@ def load_measured(path: str | Path) -> MeasuredComparison:
             searched=bool(data["goodput"]),
             rows=rows,
             goodput={policy: float(g["goodput"]) for policy, g in data["goodput"].items()},
+            system_prompt=_system_prompt(settings.get("system_prompt")),
         )
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
     except (KeyError, TypeError, ValueError) as error:
         detail = f"missing field {error}" if isinstance(error, KeyError) else str(error)
         raise ValueError(f"{path}: not a compare.json: {detail}") from None
+
+
+def _system_prompt(saved: Any) -> SystemPrompt | None:
+    """The system prompt as `compare` wrote it (a table of tokens and share), or None."""
+    if saved is None:
+        return None
+    return SystemPrompt(int(saved["tokens"]), float(saved["share"]))
 
 
 def ranks(goodput: dict[str, float]) -> dict[str, int]:

@@ -32,6 +32,7 @@ from slidingserve.live.servers import ServerSpec, running_server
 from slidingserve.metrics import RunMetrics
 from slidingserve.reporting import format_table
 from slidingserve.workloads import SLO_PRESETS, ArrivalConfig, TraceSource, WorkloadConfig
+from slidingserve.workloads.prefixes import SystemPrompt
 from slidingserve.workloads.slo import CONVERSATIONAL
 
 STRICT_TBT = SLO_PRESETS["strict"][CONVERSATIONAL].tbt  # seconds: what the scale is set by
@@ -57,6 +58,7 @@ class LiveSettings:
     out_dir: Path = Path("results/live")
     traces: tuple[TraceSource, ...] = ()  # --trace files: the workload "trace"
     arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
+    system_prompt: SystemPrompt | None = None  # requests that share one (prefix cache)
 
     def __post_init__(self) -> None:
         for name in ("requests", "repeats"):
@@ -68,7 +70,12 @@ class LiveSettings:
         """The workload of a run: `requests` (default: the settings') at SLO scale `scale`."""
         count = self.requests if requests is None else requests
         return WorkloadConfig(
-            self.workload, count, self.arrival, slo_scale=scale, traces=self.traces
+            self.workload,
+            count,
+            self.arrival,
+            slo_scale=scale,
+            traces=self.traces,
+            system_prompt=self.system_prompt,
         )
 
 

@@ -20,6 +20,7 @@ from slidingserve.live.agreement import (
 from slidingserve.live.compare import LiveComparison, LiveRow, LiveSettings
 from slidingserve.predictor.steps import save_engine_steps
 from slidingserve.reporting import write_json
+from slidingserve.workloads.prefixes import SystemPrompt
 
 
 def measured_comparison() -> LiveComparison:
@@ -44,6 +45,19 @@ def test_a_written_comparison_reads_back(tmp_path: Path) -> None:
     assert measured.policies == ["vllm:fcfs", "sarathi-edf"] and measured.rates == [2.0]
     assert measured.slo_scale == 0.4 and measured.searched
     assert measured.goodput == {"vllm:fcfs": 1.5, "sarathi-edf": 2.5}
+
+
+def test_a_shared_system_prompt_reads_back_and_reaches_the_workload(tmp_path: Path) -> None:
+    live = measured_comparison()
+    prompt = SystemPrompt(256, 0.8)
+    shared = dataclasses.replace(
+        live, settings=dataclasses.replace(live.settings, system_prompt=prompt)
+    )
+    write_json(tmp_path / "compare.json", shared)
+    assert load_measured(tmp_path / "compare.json").system_prompt == prompt
+    assert shared.settings.workload_config(0.5).system_prompt == prompt
+    write_json(tmp_path / "plain.json", live)
+    assert load_measured(tmp_path / "plain.json").system_prompt is None
 
 
 def test_ranks_put_the_best_first_and_share_ties() -> None:
