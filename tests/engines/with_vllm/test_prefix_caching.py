@@ -28,7 +28,7 @@ def test_requests_sharing_a_prefix_run_their_plans_from_the_hit(
     tmp_path: Path, policy: str, options: dict[str, Any]
 ) -> None:
     scheduler = make_scheduler(tmp_path, policy, options, prefix_caching=True)
-    slo = {"ttft_ms": 60_000}  # nothing late: the steps run as planned, none refused
+    slo: dict[str, Any] = {"ttft_ms": 60_000}  # nothing late: every step runs as planned
     scheduler.add_request(engine_request("first", 200, max_tokens=3, **slo))
     list(steps(scheduler))
     # Both start with the first one's 200 prompt tokens: 12 full blocks of 16 are cached.
