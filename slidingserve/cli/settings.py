@@ -9,8 +9,7 @@ Precedence: built-in defaults < the file given with --config < flags. The file's
                  ("strict" | "relaxed"), slo_scale, trace_dir, tbt_reading ("cumulative" |
                  "per-gap"), trace_start, trace_spread, trace_block_size, system_prompt
                  ("TOKENS[:SHARE]" or a table: tokens, share), conversations
-                 ("TURNS[:CONCURRENT]" or a table: turns, concurrent); the last three only
-                 for one-run commands (simulate, diagnose, bench), not goodput or regimes
+                 ("TURNS[:CONCURRENT]" or a table: turns, concurrent)
     [[workload.traces]]  path, class, weight, columns (a table: prompt, output, time,
                  time_unit); or `traces = ["a.csv:conversational:3", ...]`
     [workload.overload]  start, duration (seconds), factor
@@ -261,7 +260,7 @@ def engine_limits(settings: Settings) -> EngineLimits:
 
 
 PREFIX_KEYS = ("trace_block_size", "system_prompt", "conversations")
-"""[workload] keys on shared prefixes, taken by `WorkloadConfig` (one run) only."""
+"""[workload] keys on shared prefixes (`prefix_options`)."""
 WORKLOAD_KEYS = (
     "requests",
     "tiers",

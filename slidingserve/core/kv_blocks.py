@@ -44,8 +44,13 @@ class KVBlockManager:
             raise ValueError(f"KV cache needs blocks: {num_blocks} blocks of {block_size}")
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self.num_free = num_blocks
+        self._num_free = num_blocks
         self._held: dict[str, int] = {}
+
+    @property
+    def num_free(self) -> int:
+        """Blocks no request holds."""
+        return self._num_free
 
     def held(self, request: Request) -> int:
         """Blocks `request` holds now."""
@@ -85,13 +90,13 @@ class KVBlockManager:
             extra = -(-(request.num_computed + new_tokens) // block_size) - held
             if extra <= 0:
                 continue
-            if extra > self.num_free:
+            if extra > self._num_free:
                 raise RuntimeError(
                     f"KV over-commit: request {request_id} needs {extra} blocks, "
-                    f"{self.num_free} free"
+                    f"{self._num_free} free"
                 )
             table[request_id] = held + extra
-            self.num_free -= extra
+            self._num_free -= extra
 
     def extra_blocks_each(self, growths: Iterable[tuple[Request, int]]) -> int:
         """Σ `extra_blocks` over (request, new tokens) pairs, in one pass."""
@@ -107,7 +112,7 @@ class KVBlockManager:
 
     def free(self, request: Request) -> None:
         """Release every block of `request` (finished or preempted)."""
-        self.num_free += self._held.pop(request.request_id, 0)
+        self._num_free += self._held.pop(request.request_id, 0)
 
     @property
     def num_used(self) -> int:

@@ -57,11 +57,8 @@ class PrefixCachingKV(KVBlockManager):
 
     @property
     def num_free(self) -> int:
+        """Free blocks, those still holding a cached key among them."""
         return self._plain_free + len(self._pool)
-
-    @num_free.setter
-    def num_free(self, value: int) -> None:
-        """The base class sets it once in `__init__`; every later count comes from the pool."""
 
     def held(self, request: Request) -> int:
         table = self._tables.get(request.request_id)
