@@ -23,6 +23,7 @@ from slidingserve.cli import (
     simulate,
     tiny_model,
     trace_stats,
+    validate,
 )
 from slidingserve.engines.vllm.runtime import VllmMissingError
 
@@ -39,6 +40,7 @@ COMMANDS = (
     diagnose,
     regimes,
     trace_stats,
+    validate,
 )
 """The modules of the subcommands, in the order `--help` lists them."""
 

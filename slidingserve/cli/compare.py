@@ -45,7 +45,7 @@ def add_parser(commands: Any) -> None:
         default=cfg.COMPARE_REPEATS,
         help="runs per rate, fixed or searched (median)",
     )
-    _add_workload_flags(parser)
+    add_workload_flags(parser)
     parser.add_argument("--out-dir", type=Path, default=cfg.COMPARE_OUT_DIR)
     parser.add_argument(
         "--against",
@@ -57,7 +57,7 @@ def add_parser(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def _add_workload_flags(parser: argparse.ArgumentParser) -> None:
+def add_workload_flags(parser: argparse.ArgumentParser) -> None:
     """The comparison's workload, requests, seed and SLO scale."""
     parser.add_argument("--workload", help=f"default {cfg.WORKLOAD}; with --trace: the trace")
     parser.add_argument(
@@ -69,8 +69,10 @@ def _add_workload_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace-columns", help="prompt=COL,output=COL,time=COL,time_unit=s|ms")
     parser.add_argument(
         "--arrival",
-        help=f"{cfg.ARRIVAL.process} (default), or trace: replay the --trace files",
+        help=f"{cfg.ARRIVAL.process} (default), gamma (with --burstiness), or trace: replay "
+        "the --trace files",
     )
+    parser.add_argument("--burstiness", type=float, help="CV of gamma inter-arrival gaps")
     parser.add_argument(
         "--requests", type=int, default=cfg.COMPARE_REQUESTS, help="requests per run"
     )
@@ -123,7 +125,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     """The flags' comparison, or with --against that live comparison's (its SLO scale
     unless --slo-scale is given)."""
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    settings = _live_settings(args)
+    settings = live_settings(args)
     if args.against is None:
         return _Plan(settings, policies, args.rates, args.search, None)
     from slidingserve.live.agreement import load_measured
@@ -141,7 +143,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     return _Plan(settings, measured.policies, measured.rates, measured.searched, measured)
 
 
-def _live_settings(args: argparse.Namespace) -> LiveSettings:
+def live_settings(args: argparse.Namespace) -> LiveSettings:
     from slidingserve.live.compare import LiveSettings
 
     workload = cfg.override(
@@ -150,6 +152,7 @@ def _live_settings(args: argparse.Namespace) -> LiveSettings:
         traces=args.trace,
         trace_columns=args.trace_columns,
         arrival=args.arrival,
+        burstiness=args.burstiness,
         system_prompt=args.system_prompt,
     )
     given = (args.workload,) if args.workload else None

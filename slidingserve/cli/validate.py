@@ -1,0 +1,67 @@
+"""The `validate` command: is the simulator right about this engine? Profile a served
+engine, find every policy's live goodput at rates set by its measured capacity, run the
+simulated twin of the same trials, print both side by side and draw them (docs/live.md §6)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from slidingserve.cli.compare import add_workload_flags, live_settings
+
+VALIDATE_POLICIES = "slidingserve,slidingserve-paper,sarathi-edf,qoserve,vllm:fcfs,vllm:priority"
+VALIDATE_OUT_DIR = Path("results/validate")
+
+
+def add_parser(commands: Any) -> None:
+    """Add `validate` to the `slidingserve` subcommands."""
+    from slidingserve.live.validation import DEFAULT_LOADS
+
+    parser = commands.add_parser(
+        "validate",
+        help="live goodput of every policy on a served engine beside the simulator's",
+    )
+    parser.add_argument("--model", required=True, help="model folder to serve")
+    parser.add_argument(
+        "--steps",
+        type=Path,
+        help="the engine's step periods from an earlier `profile --live` (default: profile now)",
+    )
+    parser.add_argument("--policies", default=VALIDATE_POLICIES, help="comma list")
+    add_workload_flags(parser)
+    parser.add_argument("--seeds", type=int, default=3, help="trials per rate, one per seed")
+    parser.add_argument(
+        "--loads",
+        type=float,
+        nargs="+",
+        default=list(DEFAULT_LOADS),
+        help="rates as fractions of the measured capacity",
+    )
+    parser.add_argument(
+        "--budget", type=float, default=60.0, help="minutes the live trials may take at most"
+    )
+    parser.add_argument("--out-dir", type=Path, default=VALIDATE_OUT_DIR)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate; print the tables, write validation.json and validation.png."""
+    from slidingserve.live.validation import ValidationSettings, validate
+    from slidingserve.live.validation_report import plot, report, summary
+    from slidingserve.predictor.steps import load_engine_steps
+    from slidingserve.reporting import write_json
+
+    args.repeats = args.seeds
+    live = live_settings(args)
+    settings = ValidationSettings(live, tuple(args.loads), budget_s=60 * args.budget)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    steps = load_engine_steps(args.steps) if args.steps is not None else None
+    result = validate(settings, policies, steps, args.steps or args.out_dir / "steps.json")
+    print()
+    print(report(result))
+    payload = {**result.to_dict(), "summary": summary(result)}
+    write_json(args.out_dir / "validation.json", payload)
+    picture = plot(result, args.out_dir / "validation.png")
+    print(f"\nwrote {args.out_dir / 'validation.json'} and {picture}")
+    return 0
