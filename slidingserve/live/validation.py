@@ -176,9 +176,7 @@ def curve_goodput(points: Sequence[tuple[float, float]], threshold: float) -> fl
         if share > threshold:
             if last is None:
                 return 0.0
-            last_rate, last_share = last
-            if share <= last_share:
-                return last_rate
+            last_rate, last_share = last  # last_share ≤ threshold < share
             return last_rate + (threshold - last_share) / (share - last_share) * (rate - last_rate)
         last = (rate, share)
     assert last is not None
@@ -268,12 +266,14 @@ def planned_seconds(settings: ValidationSettings, policies: int, capacity: float
     return policies * (per_policy + SERVER_START_S + warmup)
 
 
-def check_budget(settings: ValidationSettings, policies: int, capacity: float) -> float:
+def check_budget(
+    settings: ValidationSettings, policies: int, capacity: float, source: str = "measured"
+) -> float:
     """The planned seconds; ValueError saying what to cut when they exceed the budget."""
     planned = planned_seconds(settings, policies, capacity)
     if planned > settings.budget_s:
         raise ValueError(
-            f"the live trials could take {planned / 60:.0f} min at a capacity of "
+            f"the live trials could take {planned / 60:.0f} min at a {source} capacity of "
             f"{capacity:.2f} req/s, over the budget of {settings.budget_s / 60:.0f} min: "
             "give fewer --requests, --seeds, --loads or policies, or a larger --budget"
         )
@@ -456,6 +456,11 @@ def validate(
     if steps is None:
         say(f"profiling the served engine into {steps_path}")
         steps = time_server(live_settings, steps_path, PROFILE_RATES, say)
+    predicted = measure_capacity(SimulatedTrials(steps, live_settings), settings)
+    try:  # before any server starts
+        check_budget(settings, len(ordered_policies(policies)), predicted, "predicted")
+    except ValueError as error:
+        raise ValueError(f"{error} (the profile is kept: --steps {steps_path})") from None
     live = run_venue(engine, settings, policies, say)
     twin = SimulatedTrials(steps, dataclasses.replace(live_settings, slo_scale=live.slo_scale))
     say("the simulated twin: the same trials on the profiled engine")

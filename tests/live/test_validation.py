@@ -1,0 +1,201 @@
+"""`validate`'s procedure: goodput read from measured points, Wilson intervals, the
+top-down rates and their stop, the budget, and the whole run with a simulated engine
+standing in for the live one (so both venues must agree exactly)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slidingserve.live.compare import LiveSettings
+from slidingserve.live.simulated import SimulatedTrials
+from slidingserve.live.validation import (
+    REFERENCE_POLICY,
+    PolicyCurve,
+    Progress,
+    Trial,
+    ValidationSettings,
+    check_budget,
+    curve_goodput,
+    ordered_policies,
+    run_curve,
+    validate,
+    wilson_interval,
+)
+from slidingserve.live.validation_report import plot, relative_error, report, summary
+from slidingserve.metrics import RunMetrics
+from slidingserve.workloads import WorkloadConfig
+from tests.factories import linear_engine_steps
+from tests.live.test_compare_loop import metrics
+
+
+def test_the_goodput_lies_between_the_last_passing_rate_and_the_first_failing_one() -> None:
+    points = [(2.0, 0.0), (4.0, 0.005), (6.0, 0.025), (8.0, 0.3)]
+    # 4 passes at 0.5%, 6 fails at 2.5%: 1% lies a quarter of the way from 4 to 6
+    assert curve_goodput(points, 0.01) == pytest.approx(4.5)
+
+
+def test_a_failure_below_a_pass_ends_the_curve() -> None:
+    assert curve_goodput([(2.0, 0.0), (4.0, 0.02), (6.0, 0.0)], 0.01) == pytest.approx(3.0)
+
+
+def test_every_rate_failing_gives_zero_and_every_rate_passing_the_highest() -> None:
+    assert curve_goodput([(3.0, 0.2), (5.0, 0.5)], 0.01) == 0.0
+    assert curve_goodput([(3.0, 0.0), (5.0, 0.01)], 0.01) == 5.0
+    with pytest.raises(ValueError, match="no trials"):
+        curve_goodput([], 0.01)
+
+
+def test_wilson_intervals_cover_the_share_and_narrow_with_the_count() -> None:
+    low, high = wilson_interval(2, 200)
+    assert low < 0.01 < high
+    wide = wilson_interval(1, 100)
+    narrow = wilson_interval(10, 1000)
+    assert narrow[1] - narrow[0] < wide[1] - wide[0]
+    assert wilson_interval(0, 50)[0] == pytest.approx(0.0, abs=1e-12)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    assert wilson_interval(50, 50)[1] == pytest.approx(1.0)
+
+
+class StepTrials:
+    """A fake venue: a policy is late on a share of requests that steps up at its limit."""
+
+    venue = "the fake"
+    goodput_label = "fake goodput"
+
+    def __init__(self, limits: dict[str, float], noisy_seed: int | None = None) -> None:
+        self.limits = limits
+        self.noisy_seed = noisy_seed
+        self.runs: list[tuple[str, float, int]] = []
+
+    def check(self, policy: str) -> None:
+        if policy not in self.limits:
+            raise ValueError(f"unknown policy {policy!r}")
+
+    @contextlib.contextmanager
+    def serving(self, policy: str) -> Iterator[None]:
+        yield
+
+    def probe(self, workload: WorkloadConfig, rate: float, seed: int) -> RunMetrics:
+        return metrics(0.0)
+
+    def run(self, policy: str, rate: float, seed: int, scale: float) -> RunMetrics:
+        self.runs.append((policy, rate, seed))
+        late = 0.5 if rate > self.limits[policy] else 0.0
+        return metrics(0.05 if seed == self.noisy_seed and late == 0 else late)
+
+
+SETTINGS = ValidationSettings(LiveSettings("unused", requests=100, repeats=2))
+
+
+def test_rates_run_from_the_top_and_stop_where_every_seed_passes() -> None:
+    trials = StepTrials({"p": 5.0})
+    curve = run_curve(trials, SETTINGS, "p", [2.0, 4.0, 6.0, 8.0], scale=1.0)
+    assert trials.runs == [("p", 8.0, 0), ("p", 8.0, 1), ("p", 6.0, 0), ("p", 6.0, 1),
+                           ("p", 4.0, 0), ("p", 4.0, 1)]  # fmt: skip
+    assert curve.rates == [4.0, 6.0, 8.0]
+    assert curve.pooled(6.0) == (100, 200)  # 50% of 100 requests, twice
+    assert curve.pooled_goodput(0.01) == pytest.approx(4.0 + 2.0 * 0.01 / 0.5)
+
+
+def test_one_noisy_seed_keeps_the_rates_going_down() -> None:
+    trials = StepTrials({"p": 5.0}, noisy_seed=1)
+    curve = run_curve(trials, SETTINGS, "p", [2.0, 4.0, 6.0], scale=1.0)
+    assert curve.rates == [2.0, 4.0, 6.0]  # seed 1 never passes
+    assert curve.seed_goodput(0, 0.01) == pytest.approx(4.0 + 2.0 * 0.01 / 0.5)
+    assert curve.seed_goodput(1, 0.01) == 0.0  # 5% late at every rate
+
+
+def test_the_budget_refuses_a_plan_too_long_and_says_what_to_cut() -> None:
+    settings = ValidationSettings(LiveSettings("unused", requests=200, repeats=3), budget_s=600)
+    with pytest.raises(ValueError, match="over the budget of 10 min: give fewer --requests"):
+        check_budget(settings, policies=6, capacity=10.0)
+    assert check_budget(settings, policies=1, capacity=1000.0) < 600
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"loads": ()}, {"loads": (0.5, 0.5)}, {"loads": (0.0,)}, {"loads": (3.0,)},
+     {"threshold": 1.0}, {"curve_points": 1}, {"budget_s": 0.0}, {"warmup_requests": -1}],
+)  # fmt: skip
+def test_bad_settings_are_refused(change: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        ValidationSettings(LiveSettings("unused"), **change)  # type: ignore[arg-type]
+
+
+def test_progress_tells_the_time_left_from_the_pace_so_far() -> None:
+    said: list[str] = []
+    now = iter([0.0, 30.0, 90.0])
+    progress = Progress(100.0, said.append, lambda: next(now))
+    progress.advance(25.0, "first")  # 30 s for 25 planned: 75 left at that pace = 1.5 min
+    progress.skip(25.0)
+    progress.advance(25.0, "second")  # 90 s for 50 of 75 planned
+    assert said[0].endswith("first · 0.5 min elapsed, ≤ 1.5 min left")
+    assert said[1].endswith("second · 1.5 min elapsed, ≤ 0.8 min left")
+
+
+def test_the_reference_policy_runs_first() -> None:
+    assert ordered_policies(["a", REFERENCE_POLICY, "a", "b"]) == [REFERENCE_POLICY, "a", "b"]
+    assert ordered_policies(["a", "b"]) == ["a", "b"]
+
+
+def test_a_trial_counts_its_late_requests() -> None:
+    trial = Trial.of(3.0, 1, metrics(0.07))
+    assert (trial.requests, trial.violating, trial.violation_rate) == (100, 7, 0.07)
+    assert PolicyCurve("p", (trial,)).interval(3.0)[0] < 0.07
+
+
+def test_relative_errors() -> None:
+    assert relative_error(11.0, 10.0) == pytest.approx(0.1)
+    assert math.isnan(relative_error(1.0, 0.0))
+
+
+def test_a_simulated_engine_validated_against_itself_agrees_exactly(tmp_path: Path) -> None:
+    """The pieces connect: profile → capacity → grid → trials → twin → tables and picture.
+    With the simulated engine standing in for the live one, every figure must agree."""
+    steps = linear_engine_steps(count=200)
+    live = LiveSettings("unused", "mixed-v1", requests=60, repeats=2, out_dir=tmp_path)
+    settings = ValidationSettings(live, loads=(0.6, 0.9, 1.2), curve_points=3, budget_s=1e6)
+    said: list[str] = []
+    fake_live = functools.partial(SimulatedTrials, steps)
+    result = validate(
+        settings, ["slidingserve", "vllm:fcfs"], steps, tmp_path / "steps.json", said.append,
+        fake_live,
+    )  # fmt: skip
+    assert result.policies == ["vllm:fcfs", "slidingserve"]
+    assert said[0].startswith("the simulated engine: capacity ")
+    assert result.live.capacity == result.simulated.capacity > 0
+    assert result.live.rates == result.simulated.rates
+    for policy in result.policies:
+        assert result.live.curves[policy] == result.simulated.curves[policy]
+        assert len(result.simulated.lines[policy].rates) == 3
+    figures = summary(result)
+    assert figures["capacity_error"] == 0.0
+    assert all(p["goodput_error"] in (0.0, None) or math.isnan(p["goodput_error"])
+               for p in figures["policies"].values())  # fmt: skip
+    text = report(result)
+    assert "rank live" in text and "slidingserve ÷ vllm:fcfs" in text and "(+0%)" in text
+    assert plot(result, tmp_path / "v.png").stat().st_size > 10_000
+
+
+def test_unknown_policies_fail_before_any_profiling(tmp_path: Path) -> None:
+    live = LiveSettings("unused", out_dir=tmp_path)
+    with pytest.raises(ValueError, match="nope"):
+        validate(ValidationSettings(live), ["slidingserve", "nope"], None, tmp_path / "s.json")
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_a_plan_over_the_budget_is_refused_before_any_live_server(tmp_path: Path) -> None:
+    steps = linear_engine_steps(count=200)
+    live = LiveSettings("unused", "mixed-v1", requests=400, repeats=5, out_dir=tmp_path)
+    trials = StepTrials({"slidingserve": 1.0, "vllm:fcfs": 1.0})
+    settings = ValidationSettings(live, budget_s=60.0)
+    with pytest.raises(ValueError, match=r"predicted capacity .* --steps .*steps\.json\)$"):
+        validate(settings, ["slidingserve"], steps, tmp_path / "steps.json", lambda _: None,
+                 lambda _: trials)  # fmt: skip
+    assert trials.runs == []
