@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,7 +19,7 @@ from slidingserve.core import (
     TimedBatch,
     blocks_for_tokens,
 )
-from slidingserve.metrics import Outcome, Timeline
+from slidingserve.metrics import Outcome, Percentiles, RunMetrics, Timeline, ViolationRates
 from slidingserve.policies import Policy
 from slidingserve.predictor import Features, Scenario
 from slidingserve.predictor.steps import EngineSteps
@@ -242,3 +243,26 @@ def seats_view(max_num_seqs: int) -> tuple[SchedulerView, EngineLimits]:
     ]
     view, _ = make_view(now=SEATS_NOW, waiting=waiting, limits=limits)
     return view, limits
+
+
+def run_metrics(violation: float, goodput: float = 5.0) -> RunMetrics:
+    """A run whose requests missed their deadlines in share `violation`."""
+    latency = Percentiles(0.01, 0.01, 0.02, 0.03)
+    rates = ViolationRates(100, violation, violation / 2, violation)
+    return RunMetrics(
+        completed=100,
+        failed=0,
+        cancelled=0,
+        duration=10.0,
+        request_throughput=10.0,
+        output_throughput=100.0,
+        ttft=latency,
+        tpot=latency,
+        itl=latency,
+        e2e=latency,
+        cumulative=rates,
+        per_gap=dataclasses.replace(rates, overall=min(1.0, 2 * violation)),
+        goodput=goodput,
+        goodput_per_gap=goodput,
+        goodput_vllm=goodput,
+    )

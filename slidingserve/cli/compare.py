@@ -139,6 +139,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         repeats=measured.repeats,
         slo_scale=measured.slo_scale if args.slo_scale is None else args.slo_scale,
         system_prompt=measured.system_prompt,
+        arrival=measured.arrival,
     )
     return _Plan(settings, measured.policies, measured.rates, measured.searched, measured)
 

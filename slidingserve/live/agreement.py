@@ -8,12 +8,13 @@ and prints both, cell by cell, with each policy's goodput rank in either.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from slidingserve.live.compare import LiveComparison
 from slidingserve.reporting import format_table
+from slidingserve.workloads import ArrivalConfig
 from slidingserve.workloads.prefixes import SystemPrompt
 
 
@@ -32,6 +33,7 @@ class MeasuredComparison:
     rows: dict[tuple[str, float], dict[str, Any]]  # (policy, rate) -> row
     goodput: dict[str, float]  # policy -> searched goodput
     system_prompt: SystemPrompt | None = None  # the shared system prompt, if it had one
+    arrival: ArrivalConfig = field(default_factory=ArrivalConfig)  # how its requests arrived
 
 
 def load_measured(path: str | Path) -> MeasuredComparison:
@@ -52,6 +54,7 @@ def load_measured(path: str | Path) -> MeasuredComparison:
             rows=rows,
             goodput={policy: float(g["goodput"]) for policy, g in data["goodput"].items()},
             system_prompt=_system_prompt(settings.get("system_prompt")),
+            arrival=_arrival(settings.get("arrival")),
         )
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
@@ -65,6 +68,16 @@ def _system_prompt(saved: Any) -> SystemPrompt | None:
     if saved is None:
         return None
     return SystemPrompt(int(saved["tokens"]), float(saved["share"]))
+
+
+def _arrival(saved: Any) -> ArrivalConfig:
+    """The arrival process as `compare` wrote it (Poisson when the file predates it); a
+    file with an overload window is refused rather than predicted without it."""
+    if saved is None:
+        return ArrivalConfig()
+    if saved.get("overload") is not None:
+        raise ValueError("arrivals with an overload window are not predicted by --against")
+    return ArrivalConfig(str(saved["process"]), float(saved["burstiness"]))  # type: ignore[arg-type]
 
 
 def ranks(goodput: dict[str, float]) -> dict[str, int]:

@@ -386,17 +386,21 @@ def run_venue(
         rates = list(grid) if grid is not None else [load * capacity for load in settings.loads]
         planned = check_budget(settings, len(order), capacity) if grid is None else 0.0
         progress = Progress(planned, say, clock or time.monotonic) if grid is None else None
+        if progress is not None:
+            progress.skip(SERVER_START_S)  # the reference server started before the clock
         if order and order[0] == REFERENCE_POLICY:
-            _warm_up(trials, settings, capacity)
-            curves[REFERENCE_POLICY] = run_curve(
+            curves[REFERENCE_POLICY] = _served_curve(
                 trials, settings, REFERENCE_POLICY, rates, scale, progress, capacity
             )
     for policy in order:
         if policy in curves:
             continue
         with trials.serving(policy):
-            _warm_up(trials, settings, capacity)
-            curves[policy] = run_curve(trials, settings, policy, rates, scale, progress, capacity)
+            if progress is not None:
+                progress.advance(SERVER_START_S, f"{policy}: server started")
+            curves[policy] = _served_curve(
+                trials, settings, policy, rates, scale, progress, capacity
+            )
     dense: dict[str, PolicyCurve] = {}
     if lines:
         dense_rates = line_rates(rates, settings.curve_points)
@@ -404,11 +408,25 @@ def run_venue(
     return VenueResult(trials.venue, capacity, scale, tuple(sorted(rates)), curves, dense)
 
 
-def _warm_up(trials: Trials, settings: ValidationSettings, capacity: float) -> None:
-    """A light run whose figures are thrown away."""
+def _served_curve(
+    trials: Trials,
+    settings: ValidationSettings,
+    policy: str,
+    rates: Sequence[float],
+    scale: float,
+    progress: Progress | None,
+    capacity: float,
+) -> PolicyCurve:
+    """On `policy`'s running server: a light run whose figures are thrown away, then its
+    curve."""
     if settings.warmup_requests:
         workload = settings.live.workload_config(UNMISSABLE_SLO_SCALE, settings.warmup_requests)
-        trials.probe(workload, WARMUP_RATE_SHARE * capacity, settings.live.seed)
+        rate = WARMUP_RATE_SHARE * capacity
+        trials.probe(workload, rate, settings.live.seed)
+        if progress is not None:
+            expected = trial_seconds(settings.warmup_requests, rate, capacity)
+            progress.advance(expected, f"{policy}: warmed up")
+    return run_curve(trials, settings, policy, rates, scale, progress, capacity)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from slidingserve.live.agreement import (
 from slidingserve.live.compare import LiveComparison, LiveRow, LiveSettings
 from slidingserve.predictor.steps import save_engine_steps
 from slidingserve.reporting import write_json
+from slidingserve.workloads import ArrivalConfig
 from slidingserve.workloads.prefixes import SystemPrompt
 
 
@@ -114,3 +115,15 @@ def test_compare_against_predicts_the_measured_run(
 def test_against_without_simulate_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", "--model", "m", "--against", "compare.json"]) == 2
     assert "--against needs --simulate" in capsys.readouterr().err
+
+
+def test_bursty_arrivals_read_back_so_the_prediction_is_of_the_same_workload(
+    tmp_path: Path,
+) -> None:
+    live = measured_comparison()
+    bursty = ArrivalConfig("gamma", 2.0)
+    saved = dataclasses.replace(live, settings=dataclasses.replace(live.settings, arrival=bursty))
+    write_json(tmp_path / "compare.json", saved)
+    assert load_measured(tmp_path / "compare.json").arrival == bursty
+    write_json(tmp_path / "plain.json", live)
+    assert load_measured(tmp_path / "plain.json").arrival == ArrivalConfig()

@@ -10,36 +10,14 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import pytest
+from factories import run_metrics as metrics
 
 from slidingserve.eval.goodput import SearchSettings
 from slidingserve.live.compare import LiveComparison, LiveSettings, compare
-from slidingserve.metrics import Percentiles, RunMetrics, ViolationRates
+from slidingserve.metrics import RunMetrics
 from slidingserve.workloads import WorkloadConfig
 
 SETTINGS = LiveSettings("unused", seed=10, repeats=3, search=SearchSettings(precision=0.05))
-
-
-def metrics(violation: float, goodput: float = 5.0) -> RunMetrics:
-    """A run whose requests missed their deadlines in share `violation`."""
-    latency = Percentiles(0.01, 0.01, 0.02, 0.03)
-    rates = ViolationRates(100, violation, violation / 2, violation)
-    return RunMetrics(
-        completed=100,
-        failed=0,
-        cancelled=0,
-        duration=10.0,
-        request_throughput=10.0,
-        output_throughput=100.0,
-        ttft=latency,
-        tpot=latency,
-        itl=latency,
-        e2e=latency,
-        cumulative=rates,
-        per_gap=dataclasses.replace(rates, overall=min(1.0, 2 * violation)),
-        goodput=goodput,
-        goodput_per_gap=goodput,
-        goodput_vllm=goodput,
-    )
 
 
 class FakeTrials:

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from factories import linear_engine_steps
+from factories import run_metrics as metrics
 
 from slidingserve.live.compare import LiveSettings
 from slidingserve.live.simulated import SimulatedTrials
@@ -30,8 +32,6 @@ from slidingserve.live.validation import (
 from slidingserve.live.validation_report import plot, relative_error, report, summary
 from slidingserve.metrics import RunMetrics
 from slidingserve.workloads import WorkloadConfig
-from tests.factories import linear_engine_steps
-from tests.live.test_compare_loop import metrics
 
 
 def test_the_goodput_lies_between_the_last_passing_rate_and_the_first_failing_one() -> None:
