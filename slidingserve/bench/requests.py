@@ -165,7 +165,12 @@ def _prompt_stream(seed: int) -> np.random.Generator:
 
 
 def request_body(
-    planned: PlannedRequest, model: str, *, xargs: bool = True, priority: bool = False
+    planned: PlannedRequest,
+    model: str,
+    *,
+    xargs: bool = True,
+    priority: bool = False,
+    cache_salt: str | None = None,
 ) -> dict[str, Any]:
     """The JSON body of `planned` for an OpenAI-compatible `/v1/completions` endpoint.
 
@@ -173,7 +178,8 @@ def request_body(
     `tbt_ms`, `protected` 0/1, `tier` when it has one) and `return_token_ids` (each chunk
     then says how many tokens it carries: vLLM merges tokens into one chunk when the client
     lags). `priority` sets vLLM's `priority` to the TTFT deadline in ms after the run start
-    (smaller runs sooner under `--scheduling-policy priority`).
+    (smaller runs sooner under `--scheduling-policy priority`). `cache_salt` (vLLM's field)
+    keeps the request's prefix-cache blocks apart from those of requests with another salt.
     """
     body: dict[str, Any] = {
         "model": model,
@@ -189,6 +195,8 @@ def request_body(
         body["return_token_ids"] = True
     if priority:
         body["priority"] = round(planned.ttft_deadline * 1000.0)
+    if cache_salt is not None:
+        body["cache_salt"] = cache_salt
     return body
 
 

@@ -76,6 +76,7 @@ class BenchConfig:
     request_timeout: float = 300.0  # seconds one request may take, from sending to its end
     xargs: bool = True  # send vLLM's fields: the SLO in `vllm_xargs`, `return_token_ids`
     priority_from_slo: bool = False  # send vLLM's `priority` = TTFT deadline in ms
+    cache_salt: str | None = None  # vLLM's: this run's prefix-cache blocks apart from others'
     progress: bool = True  # a progress bar on stderr
 
     def __post_init__(self) -> None:
@@ -112,6 +113,7 @@ class BenchConfig:
             "request_timeout_s": self.request_timeout,
             "xargs": self.xargs,
             "priority_from_slo": self.priority_from_slo,
+            "cache_salt": self.cache_salt,
         }
 
 
@@ -274,6 +276,7 @@ class _Replay:
             self.model,
             xargs=self.config.xargs,
             priority=self.config.priority_from_slo,
+            cache_salt=self.config.cache_salt,
         )
         try:
             await stream_completion(

@@ -17,6 +17,7 @@ a profiled engine (`simulated.SimulatedTrials`), so both tables mean the same th
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -139,6 +140,10 @@ class LiveTrials:
         self.settings = settings
         self.specs: dict[str, ServerSpec] = {}
         self.url: str | None = None  # the running server's, inside `serving`
+        # Every run salts its prefix cache apart: a later run re-sends the same seeds'
+        # prompts, which would otherwise start from the cache an earlier run left (the
+        # simulator starts each run cold). Requests of one run still share prefixes.
+        self.runs = itertools.count()
 
     def check(self, policy: str) -> None:
         self.specs[policy] = ServerSpec(
@@ -173,7 +178,13 @@ class LiveTrials:
         if self.url is None:
             raise RuntimeError("trials run inside `serving`, while a server runs")
         config = BenchConfig(
-            self.url, workload, rate=rate, seed=seed, priority_from_slo=priority, progress=False
+            self.url,
+            workload,
+            rate=rate,
+            seed=seed,
+            priority_from_slo=priority,
+            progress=False,
+            cache_salt=f"run-{next(self.runs)}",
         )
         return run_bench(config).summary.metrics
 

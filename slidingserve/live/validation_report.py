@@ -9,13 +9,8 @@ from typing import Any
 
 from slidingserve.eval.ratios import ratio_interval
 from slidingserve.live.agreement import ranks
-from slidingserve.live.validation import (
-    PolicyCurve,
-    Validation,
-    VenueResult,
-    common_rate,
-    ratio_to,
-)
+from slidingserve.live.validation import Validation
+from slidingserve.live.validation_figures import Goodput, common_rate, ratio_to
 from slidingserve.reporting import format_table
 
 CANDIDATE = "slidingserve"  # the policy the ratio table compares with every other
@@ -28,76 +23,85 @@ def relative_error(predicted: float, measured: float) -> float:
     return predicted / measured - 1
 
 
+def goodput_error(predicted: Goodput, measured: Goodput) -> float:
+    """The relative error of a simulated goodput; NaN where either is only a bound."""
+    if not (predicted.exact and measured.exact):
+        return math.nan
+    return relative_error(predicted.value, measured.value)
+
+
 def _percent(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{100 * value:+.0f}%"
 
 
-def _goodput_text(value: float, result: VenueResult) -> str:
-    """A goodput; `< lowest rate` where every rate failed, `≥ highest` where every one passed."""
-    if value == 0:
-        return f"< {min(result.rates):.2f}"
-    return f"≥ {value:.2f}" if value >= max(result.rates) else f"{value:.2f}"
+def _seed_mean(goodputs: list[Goodput]) -> str:
+    """The mean of the exact per-seed goodputs with its interval, and how many are bounds."""
+    exact = [g.value for g in goodputs if g.exact]
+    text = ratio_interval(exact).format().replace(" *", "") if exact else "n/a"
+    bounds = len(goodputs) - len(exact)
+    return f"{text} ({bounds} bound{'s' if bounds != 1 else ''})" if bounds else text
 
 
 def goodput_table(validation: Validation) -> str:
-    """Each policy's goodput live (pooled; per-seed mean with its interval) and simulated,
-    the error, and the ranks."""
-    settings = validation.settings
-    live, sim = validation.live, validation.simulated
-    live_goodput, sim_goodput = live.goodputs(settings), sim.goodputs(settings)
-    live_seeds = live.seed_goodputs(settings)
-    live_rank, sim_rank = ranks(live_goodput), ranks(sim_goodput)
-    rows = []
-    for policy in validation.policies:
-        rows.append(
-            [
-                policy,
-                _goodput_text(live_goodput[policy], live),
-                ratio_interval(live_seeds[policy]).format().replace(" *", ""),
-                _goodput_text(sim_goodput[policy], sim),
-                _percent(relative_error(sim_goodput[policy], live_goodput[policy])),
-                str(live_rank[policy]),
-                str(sim_rank[policy]),
-            ]
-        )
+    """Each policy's goodput live (pooled; the per-seed mean with its interval) and
+    simulated, the error, and the ranks. `≥`/`<` mark bounds, which have no error."""
+    threshold, seeds = validation.settings.threshold, validation.settings.seeds
+    live, sim = validation.live.goodputs(threshold), validation.simulated.goodputs(threshold)
+    live_seeds = validation.live.seed_goodputs(threshold, seeds)
+    live_rank = ranks({p: g.value for p, g in live.items()})
+    sim_rank = ranks({p: g.value for p, g in sim.items()})
+    rows = [
+        [
+            policy,
+            live[policy].text(),
+            _seed_mean(live_seeds[policy]),
+            sim[policy].text(),
+            _percent(goodput_error(sim[policy], live[policy])),
+            str(live_rank[policy]),
+            str(sim_rank[policy]),
+        ]
+        for policy in validation.policies
+    ]
     header = ["policy", "live", "live per seed", "simulated", "error", "rank live", "rank sim"]
     return format_table(header, rows)
 
 
+LATENCIES = (("TTFT p50", "ttft_p50"), ("TTFT p99", "ttft_p99"), ("TPOT p50", "tpot_p50"))
+
+
 def latency_table(validation: Validation) -> str:
-    """TTFT p50 and p99 and TPOT p50 (median over seeds, ms) at the common rate."""
-    rate = common_rate(validation.live, validation.settings)
+    """TTFT p50 and p99 and TPOT p50 (median over seeds, ms) at a rate every policy ran in
+    both venues."""
+    rate = common_rate(validation.live, validation.simulated, validation.settings.threshold)
+    if rate is None:
+        return "no rate every policy ran in both venues: no latency table"
     header = ["policy"]
-    for name in ("TTFT p50", "TTFT p99", "TPOT p50"):
+    for name, _ in LATENCIES:
         header += [f"{name} live", "sim", "error"]
     rows = []
     for policy in validation.policies:
         row = [policy]
         live = validation.live.curves[policy]
         sim = validation.simulated.curves[policy]
-        for field in ("ttft_p50", "ttft_p99", "tpot_p50"):
-            measured, predicted = _median_at(live, rate, field), _median_at(sim, rate, field)
+        for _, field in LATENCIES:
+            measured, predicted = live.median_at(rate, field), sim.median_at(rate, field)
             row += [f"{1000 * measured:.0f}", f"{1000 * predicted:.0f}"]
             row.append(_percent(relative_error(predicted, measured)))
         rows.append(row)
     return f"at {rate:.2f} req/s, ms (median over seeds):\n\n" + format_table(header, rows)
 
 
-def _median_at(curve: PolicyCurve, rate: float, field: str) -> float:
-    values = sorted(getattr(trial, field) for trial in curve.at(rate))
-    return values[len(values) // 2] if values else math.nan
-
-
 def ratio_table(validation: Validation) -> str:
-    """`slidingserve` ÷ every other policy, per seed, live and simulated."""
+    """`slidingserve` ÷ every other policy on each seed where both goodputs are exact."""
     if CANDIDATE not in validation.policies:
         return ""
+    threshold, seeds = validation.settings.threshold, validation.settings.seeds
     rows = []
     for other in validation.policies:
         if other == CANDIDATE:
             continue
-        live = ratio_to(validation.live, validation.settings, CANDIDATE, other)
-        sim = ratio_to(validation.simulated, validation.settings, CANDIDATE, other)
+        live = ratio_to(validation.live, threshold, seeds, CANDIDATE, other)
+        sim = ratio_to(validation.simulated, threshold, seeds, CANDIDATE, other)
         rows.append([f"{CANDIDATE} ÷ {other}", live.format(), sim.format()])
     return format_table(["goodput ratio per seed", "live", "simulated"], rows)
 
@@ -111,8 +115,8 @@ def report(validation: Validation) -> str:
         f"{settings.live.workload} ({_arrivals(validation)}), {settings.live.requests} "
         f"requests a trial, seeds {settings.seeds[0]}..{settings.seeds[-1]}, SLO scale "
         f"{live.slo_scale:.3f}, goodput at ≤ {100 * settings.threshold:g}% violating",
-        f"capacity (every request at once): live {live.capacity:.2f} req/s, simulated "
-        f"{sim.capacity:.2f} ({error}); rates tried: "
+        f"{validation.engine}; capacity (every request at once): live {live.capacity:.2f} "
+        f"req/s, simulated {sim.capacity:.2f} ({error}); grid: "
         + ", ".join(f"{rate:.2f}" for rate in live.rates),
         f"wall time {validation.wall_s / 60:.1f} min, profile {validation.steps_file}",
         "",
@@ -135,21 +139,27 @@ def _arrivals(validation: Validation) -> str:
 
 def summary(validation: Validation) -> dict[str, Any]:
     """The derived figures the JSON keeps beside the trials."""
-    settings = validation.settings
+    threshold, seeds = validation.settings.threshold, validation.settings.seeds
     live, sim = validation.live, validation.simulated
-    live_goodput, sim_goodput = live.goodputs(settings), sim.goodputs(settings)
+    live_goodput, sim_goodput = live.goodputs(threshold), sim.goodputs(threshold)
+    live_seeds, sim_seeds = (
+        live.seed_goodputs(threshold, seeds),
+        sim.seed_goodputs(threshold, seeds),
+    )
     return {
         "capacity_error": relative_error(sim.capacity, live.capacity),
-        "common_rate": common_rate(live, settings),
+        "common_rate": common_rate(live, sim, threshold),
         "policies": {
             policy: {
-                "goodput_live": live_goodput[policy],
-                "goodput_simulated": sim_goodput[policy],
-                "goodput_error": relative_error(sim_goodput[policy], live_goodput[policy]),
-                "goodput_live_per_seed": live.seed_goodputs(settings)[policy],
-                "goodput_simulated_per_seed": sim.seed_goodputs(settings)[policy],
-                "rank_live": ranks(live_goodput)[policy],
-                "rank_simulated": ranks(sim_goodput)[policy],
+                "goodput_live": live_goodput[policy].value,
+                "goodput_live_bound": live_goodput[policy].bound,
+                "goodput_simulated": sim_goodput[policy].value,
+                "goodput_simulated_bound": sim_goodput[policy].bound,
+                "goodput_error": goodput_error(sim_goodput[policy], live_goodput[policy]),
+                "goodput_live_per_seed": [list(g) for g in live_seeds[policy]],
+                "goodput_simulated_per_seed": [list(g) for g in sim_seeds[policy]],
+                "rank_live": ranks({p: g.value for p, g in live_goodput.items()})[policy],
+                "rank_simulated": ranks({p: g.value for p, g in sim_goodput.items()})[policy],
             }
             for policy in validation.policies
         },

@@ -105,7 +105,12 @@ def test_body_without_vllm_fields() -> None:
     planned = plan_requests(WorkloadConfig("arxiv", 1), 1.0, 0, 512, 1000)[0]
     body = request_body(planned, "m", xargs=False)
     assert "vllm_xargs" not in body and "return_token_ids" not in body
-    assert "priority" not in body
+    assert "priority" not in body and "cache_salt" not in body
+
+
+def test_a_salted_body_keeps_its_prefix_cache_apart() -> None:
+    planned = plan_requests(WorkloadConfig("arxiv", 1), 1.0, 0, 512, 1000)[0]
+    assert request_body(planned, "m", cache_salt="run-3")["cache_salt"] == "run-3"
 
 
 def test_requests_sharing_a_system_prompt_share_its_token_ids() -> None:

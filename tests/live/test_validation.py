@@ -18,17 +18,20 @@ from slidingserve.live.compare import LiveSettings
 from slidingserve.live.simulated import SimulatedTrials
 from slidingserve.live.validation import (
     REFERENCE_POLICY,
-    PolicyCurve,
-    Progress,
-    Trial,
     ValidationSettings,
-    check_budget,
-    curve_goodput,
     ordered_policies,
     run_curve,
     validate,
+)
+from slidingserve.live.validation_figures import (
+    Goodput,
+    PolicyCurve,
+    Trial,
+    curve_goodput,
+    exact_ratios,
     wilson_interval,
 )
+from slidingserve.live.validation_plan import Progress, check_budget
 from slidingserve.live.validation_report import plot, relative_error, report, summary
 from slidingserve.metrics import RunMetrics
 from slidingserve.workloads import WorkloadConfig
@@ -37,16 +40,17 @@ from slidingserve.workloads import WorkloadConfig
 def test_the_goodput_lies_between_the_last_passing_rate_and_the_first_failing_one() -> None:
     points = [(2.0, 0.0), (4.0, 0.005), (6.0, 0.025), (8.0, 0.3)]
     # 4 passes at 0.5%, 6 fails at 2.5%: 1% lies a quarter of the way from 4 to 6
-    assert curve_goodput(points, 0.01) == pytest.approx(4.5)
+    assert curve_goodput(points, 0.01) == Goodput(pytest.approx(4.5))
 
 
 def test_a_failure_below_a_pass_ends_the_curve() -> None:
-    assert curve_goodput([(2.0, 0.0), (4.0, 0.02), (6.0, 0.0)], 0.01) == pytest.approx(3.0)
+    assert curve_goodput([(2.0, 0.0), (4.0, 0.02), (6.0, 0.0)], 0.01) == Goodput(pytest.approx(3.0))
 
 
-def test_every_rate_failing_gives_zero_and_every_rate_passing_the_highest() -> None:
-    assert curve_goodput([(3.0, 0.2), (5.0, 0.5)], 0.01) == 0.0
-    assert curve_goodput([(3.0, 0.0), (5.0, 0.01)], 0.01) == 5.0
+def test_a_curve_that_never_fails_or_never_passes_gives_a_bound() -> None:
+    assert curve_goodput([(3.0, 0.2), (5.0, 0.5)], 0.01) == Goodput(3.0, "<")
+    assert curve_goodput([(3.0, 0.0), (5.0, 0.01)], 0.01) == Goodput(5.0, "≥")
+    assert Goodput(5.0, "≥").text() == "≥ 5.00" and not Goodput(5.0, "≥").exact
     with pytest.raises(ValueError, match="no trials"):
         curve_goodput([], 0.01)
 
@@ -100,15 +104,37 @@ def test_rates_run_from_the_top_and_stop_where_every_seed_passes() -> None:
                            ("p", 4.0, 0), ("p", 4.0, 1)]  # fmt: skip
     assert curve.rates == [4.0, 6.0, 8.0]
     assert curve.pooled(6.0) == (100, 200)  # 50% of 100 requests, twice
-    assert curve.pooled_goodput(0.01) == pytest.approx(4.0 + 2.0 * 0.01 / 0.5)
+    assert curve.pooled_goodput(0.01) == Goodput(pytest.approx(4.0 + 2.0 * 0.01 / 0.5))
+
+
+def test_a_curve_passing_the_top_climbs_above_it_by_the_grid_s_step() -> None:
+    trials = StepTrials({"p": 11.0})
+    curve = run_curve(trials, SETTINGS, "p", [4.0, 8.0], scale=1.0)
+    assert curve.rates == [8.0, 16.0]  # 8 passes, 8 × 2 fails: 4 never runs
+    assert curve.pooled_goodput(0.01).exact
+    trials = StepTrials({"p": 100.0})
+    assert run_curve(trials, SETTINGS, "p", [4.0, 8.0], 1.0).rates == [8.0, 16.0, 32.0]
+
+
+def test_a_curve_failing_the_bottom_goes_on_below_it() -> None:
+    trials = StepTrials({"p": 1.5})
+    curve = run_curve(trials, SETTINGS, "p", [4.0, 8.0], scale=1.0)
+    assert curve.rates == [1.0, 2.0, 4.0, 8.0]  # 2 fails, 1 passes
+    assert curve.pooled_goodput(0.01).exact
 
 
 def test_one_noisy_seed_keeps_the_rates_going_down() -> None:
     trials = StepTrials({"p": 5.0}, noisy_seed=1)
-    curve = run_curve(trials, SETTINGS, "p", [2.0, 4.0, 6.0], scale=1.0)
-    assert curve.rates == [2.0, 4.0, 6.0]  # seed 1 never passes
-    assert curve.seed_goodput(0, 0.01) == pytest.approx(4.0 + 2.0 * 0.01 / 0.5)
-    assert curve.seed_goodput(1, 0.01) == 0.0  # 5% late at every rate
+    curve = run_curve(trials, SETTINGS, "p", [4.0, 6.0], scale=1.0)
+    assert curve.rates == pytest.approx([4.0 / 1.5**2, 4.0 / 1.5, 4.0, 6.0])  # at most 2 below
+    assert curve.seed_goodput(0, 0.01) == Goodput(pytest.approx(4.0 + 2.0 * 0.01 / 0.5))
+    assert curve.seed_goodput(1, 0.01).bound == "<"  # 5% late at every rate
+
+
+def test_ratios_leave_out_the_seeds_where_either_goodput_is_a_bound() -> None:
+    values = [Goodput(2.0), Goodput(3.0, "≥"), Goodput(4.0)]
+    reference = [Goodput(1.0), Goodput(1.0), Goodput(2.0, "<")]
+    assert exact_ratios(values, reference) == [2.0]
 
 
 def test_the_budget_refuses_a_plan_too_long_and_says_what_to_cut() -> None:
@@ -135,8 +161,8 @@ def test_progress_tells_the_time_left_from_the_pace_so_far() -> None:
     progress.advance(25.0, "first")  # 30 s for 25 planned: 75 left at that pace = 1.5 min
     progress.skip(25.0)
     progress.advance(25.0, "second")  # 90 s for 50 of 75 planned
-    assert said[0].endswith("first · 0.5 min elapsed, ≤ 1.5 min left")
-    assert said[1].endswith("second · 1.5 min elapsed, ≤ 0.8 min left")
+    assert said[0].endswith("first · 0.5 min elapsed, ~1.5 min left")
+    assert said[1].endswith("second · 1.5 min elapsed, ~0.8 min left")
 
 
 def test_the_reference_policy_runs_first() -> None:
@@ -176,8 +202,9 @@ def test_a_simulated_engine_validated_against_itself_agrees_exactly(tmp_path: Pa
         assert len(result.simulated.lines[policy].rates) == 3
     figures = summary(result)
     assert figures["capacity_error"] == 0.0
-    assert all(p["goodput_error"] in (0.0, None) or math.isnan(p["goodput_error"])
-               for p in figures["policies"].values())  # fmt: skip
+    for policy in figures["policies"].values():
+        assert policy["goodput_live"] == policy["goodput_simulated"] > 0
+        assert policy["goodput_error"] == 0.0 or policy["goodput_live_bound"]
     text = report(result)
     assert "rank live" in text and "slidingserve ÷ vllm:fcfs" in text and "(+0%)" in text
     assert plot(result, tmp_path / "v.png").stat().st_size > 10_000

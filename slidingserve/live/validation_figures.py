@@ -1,0 +1,196 @@
+"""The figures of a validation: trials, per-policy curves and the goodputs read from them
+(`validation.py` runs the trials)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from slidingserve.eval.ratios import RatioInterval, ratio_interval
+from slidingserve.metrics import RunMetrics
+
+CONFIDENCE_Z = 1.959963984540054  # two-sided 95%
+RATIO_RESOLUTION = 0.05  # goodputs interpolated between rates ~20% apart: not finer than this
+
+
+@dataclass(frozen=True, slots=True)
+class Trial:
+    """One policy at one rate with one seed."""
+
+    rate: float  # req/s
+    seed: int
+    requests: int  # judged: completed or failed (a refusal is a failure)
+    violating: int  # any deadline missed, or failed
+    cancelled: int  # still running when the run stopped: not judged
+    ttft_p50: float  # seconds, completed requests
+    ttft_p99: float
+    tpot_p50: float
+
+    @classmethod
+    def of(cls, rate: float, seed: int, metrics: RunMetrics) -> Trial:
+        judged = metrics.cumulative.judged
+        return cls(
+            rate,
+            seed,
+            judged,
+            round(metrics.cumulative.overall * judged) if judged else 0,
+            metrics.cancelled,
+            metrics.ttft.p50,
+            metrics.ttft.p99,
+            metrics.tpot.p50,
+        )
+
+    @property
+    def violation_rate(self) -> float:
+        return self.violating / self.requests if self.requests else 1.0
+
+
+class Goodput(NamedTuple):
+    """A goodput read from measured rates, and whether it is only a bound."""
+
+    value: float  # req/s
+    bound: str = ""  # "": between two measured rates; "≥": every rate passed; "<": none did
+
+    @property
+    def exact(self) -> bool:
+        return not self.bound
+
+    def text(self) -> str:
+        return f"{self.bound} {self.value:.2f}" if self.bound else f"{self.value:.2f}"
+
+
+def curve_goodput(points: Sequence[tuple[float, float]], threshold: float) -> Goodput:
+    """The goodput of measured (rate, violating share) points.
+
+    The highest rate that passes (share ≤ `threshold`) with every lower measured rate,
+    moved towards the next rate up in proportion to how far its share lies below the
+    threshold (linear interpolation, as the simulator's search reports it). Every rate
+    passing gives `≥` the highest; the lowest failing gives `<` the lowest.
+    """
+    ordered = sorted(points)
+    if not ordered:
+        raise ValueError("no trials to read a goodput from")
+    last: tuple[float, float] | None = None
+    for rate, share in ordered:
+        if share > threshold:
+            if last is None:
+                return Goodput(rate, "<")
+            last_rate, last_share = last  # last_share ≤ threshold < share
+            step = (threshold - last_share) / (share - last_share)
+            return Goodput(last_rate + step * (rate - last_rate))
+        last = (rate, share)
+    assert last is not None
+    return Goodput(last[0], "≥")
+
+
+def wilson_interval(successes: int, count: int) -> tuple[float, float]:
+    """Wilson's 95% score interval of a binomial share (0, 1 when nothing was counted).
+    It treats requests as independent; late requests come in bursts, so it is narrower
+    than the spread between runs."""
+    if count <= 0:
+        return 0.0, 1.0
+    share = successes / count
+    z2 = CONFIDENCE_Z**2
+    centre = (share + z2 / (2 * count)) / (1 + z2 / count)
+    half = CONFIDENCE_Z * math.sqrt(share * (1 - share) / count + z2 / (4 * count**2))
+    half /= 1 + z2 / count
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass(frozen=True)
+class PolicyCurve:
+    """A policy's trials at the rates it ran, every seed."""
+
+    policy: str
+    trials: tuple[Trial, ...]
+
+    @property
+    def rates(self) -> list[float]:
+        return sorted({trial.rate for trial in self.trials})
+
+    def at(self, rate: float) -> list[Trial]:
+        return [trial for trial in self.trials if trial.rate == rate]
+
+    def pooled(self, rate: float) -> tuple[int, int]:
+        """(violating, judged) over the seeds at `rate`."""
+        trials = self.at(rate)
+        return sum(t.violating for t in trials), sum(t.requests for t in trials)
+
+    def pooled_rate(self, rate: float) -> float:
+        violating, judged = self.pooled(rate)
+        return violating / judged if judged else 1.0
+
+    def interval(self, rate: float) -> tuple[float, float]:
+        """The Wilson 95% interval of the pooled violating share at `rate`."""
+        return wilson_interval(*self.pooled(rate))
+
+    def seed_goodput(self, seed: int, threshold: float) -> Goodput:
+        """The goodput of one seed's trials (`curve_goodput`)."""
+        points = [(t.rate, t.violation_rate) for t in self.trials if t.seed == seed]
+        return curve_goodput(points, threshold)
+
+    def pooled_goodput(self, threshold: float) -> Goodput:
+        """The goodput of the pooled violating shares (`curve_goodput`)."""
+        return curve_goodput([(r, self.pooled_rate(r)) for r in self.rates], threshold)
+
+    def median_at(self, rate: float, name: str) -> float:
+        """The median over seeds of the trials' `name` (a Trial field) at `rate`."""
+        values = [getattr(trial, name) for trial in self.at(rate)]
+        return statistics.median(values) if values else math.nan
+
+
+@dataclass(frozen=True)
+class VenueResult:
+    """Every policy's trials in one venue (live, or simulated)."""
+
+    venue: str
+    capacity: float  # req/s completed when every request arrives at once
+    slo_scale: float
+    rates: tuple[float, ...]  # the grid, req/s (loads × the live capacity)
+    curves: dict[str, PolicyCurve]
+    lines: dict[str, PolicyCurve] = field(default_factory=dict)  # simulated: dense curves
+
+    def goodputs(self, threshold: float) -> dict[str, Goodput]:
+        """Each policy's goodput from its pooled trials."""
+        return {p: curve.pooled_goodput(threshold) for p, curve in self.curves.items()}
+
+    def seed_goodputs(self, threshold: float, seeds: Sequence[int]) -> dict[str, list[Goodput]]:
+        """Each policy's goodput on each seed, in seed order."""
+        return {
+            policy: [curve.seed_goodput(seed, threshold) for seed in seeds]
+            for policy, curve in self.curves.items()
+        }
+
+
+def exact_ratios(values: Sequence[Goodput], reference: Sequence[Goodput]) -> list[float]:
+    """values[i] / reference[i] on the seeds where both are measured, not bounds."""
+    return [
+        value.value / ref.value
+        for value, ref in zip(values, reference, strict=True)
+        if value.exact and ref.exact and ref.value > 0
+    ]
+
+
+def ratio_to(
+    result: VenueResult, threshold: float, seeds: Sequence[int], policy: str, reference: str
+) -> RatioInterval:
+    """`policy` ÷ `reference` on each seed where both goodputs are exact, with its interval
+    (never narrower than the goodputs' resolution)."""
+    per_seed = result.seed_goodputs(threshold, seeds)
+    ratios = exact_ratios(per_seed[policy], per_seed[reference])
+    return ratio_interval(ratios, resolution=RATIO_RESOLUTION)
+
+
+def common_rate(live: VenueResult, simulated: VenueResult, threshold: float) -> float | None:
+    """A rate every policy ran in both venues, the nearest to the median live goodput."""
+    shared = set(live.rates)
+    for result in (live, simulated):
+        for curve in result.curves.values():
+            shared &= set(curve.rates)
+    if not shared:
+        return None
+    median = statistics.median(g.value for g in live.goodputs(threshold).values())
+    return min(shared, key=lambda rate: abs(rate - median))
