@@ -1,16 +1,17 @@
 """The simulator against a live vLLM engine: `slidingserve validate` over the workloads of
 docs/live.md §6, within a stated time budget, then one summary of every goodput's error.
 
-    .venv/bin/python benchmarks/validate_live.py --model small-llama            # ~1 hour
-    .venv/bin/python benchmarks/validate_live.py --model small-llama --quick    # ~10 minutes
+    .venv/bin/python benchmarks/validate_live.py --model small-llama --budget 60
+    .venv/bin/python benchmarks/validate_live.py --model small-llama --quick
 
 Workloads: mixed-v1 with Poisson arrivals, mixed-v1 with gamma arrivals (CV 2), and the
 Mooncake trace's requests (its prompts and shared blocks, Poisson arrivals; only where
 ../shared/data holds it). The engine is profiled once, with the first workload, and every
 later workload's twin is built from that profile (a step's time depends on its batch, not on
-the workload). Each workload gets an equal share of the budget; `validate` refuses a plan
-that could overrun it. Needs the `vllm` extra and a model folder (`slidingserve tiny-model
---size small --out small-llama`).
+the workload). Each workload gets an equal share of the budget (minutes of live trials;
+profiling and the simulated twins come on top); `validate` refuses a plan that could
+overrun it, before its servers start. Needs the `vllm` extra and a model folder
+(`slidingserve tiny-model --size small --out small-llama`).
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def main_script() -> None:
 
 
 def summary_table(out_dir: Path, labels: list[str]) -> str:
-    """Per workload and policy: live and simulated goodput, the error, both ranks."""
+    """Per workload and policy: live and simulated goodput (`≥`/`<`: a bound), the error,
+    both ranks."""
     rows = []
     for index, label in enumerate(labels):
         saved = json.loads((out_dir / f"w{index}" / "validation.json").read_text())
@@ -80,8 +82,9 @@ def summary_table(out_dir: Path, labels: list[str]) -> str:
                 [
                     label,
                     policy,
-                    f"{figures['goodput_live']:.2f}",
-                    f"{figures['goodput_simulated']:.2f}",
+                    f"{figures['goodput_live_bound']} {figures['goodput_live']:.2f}".strip(),
+                    f"{figures['goodput_simulated_bound']} "
+                    f"{figures['goodput_simulated']:.2f}".strip(),
                     "n/a" if error is None or math.isnan(error) else f"{100 * error:+.0f}%",
                     str(figures["rank_live"]),
                     str(figures["rank_simulated"]),

@@ -5,10 +5,16 @@ simulated twin of the same trials, print both side by side and draw them (docs/l
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
+import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slidingserve.cli.compare import add_workload_flags, live_settings
+
+if TYPE_CHECKING:
+    from slidingserve.live.validation_figures import PolicyCurve
 
 VALIDATE_POLICIES = "slidingserve,slidingserve-paper,sarathi-edf,qoserve,vllm:fcfs,vllm:priority"
 VALIDATE_OUT_DIR = Path("results/validate")
@@ -45,6 +51,13 @@ def add_parser(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+def _keep(path: Path, curve: PolicyCurve) -> None:
+    """Append a policy's live curve to `path` as soon as it is measured (a JSON line)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as stream:
+        stream.write(json.dumps(dataclasses.asdict(curve)) + "\n")
+
+
 def run(args: argparse.Namespace) -> int:
     """Validate; print the tables, write validation.json and validation.png."""
     from slidingserve.live.validation import ValidationSettings, validate
@@ -57,11 +70,19 @@ def run(args: argparse.Namespace) -> int:
     settings = ValidationSettings(live, tuple(args.loads), budget_s=60 * args.budget)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     steps = load_engine_steps(args.steps) if args.steps is not None else None
-    result = validate(settings, policies, steps, args.steps or args.out_dir / "steps.json")
+    kept = args.out_dir / "live-curves.jsonl"
+    kept.unlink(missing_ok=True)
+    result = validate(
+        settings,
+        policies,
+        steps,
+        args.steps or args.out_dir / "steps.json",
+        measured=functools.partial(_keep, kept),
+    )
     print()
     print(report(result))
     payload = {**result.to_dict(), "summary": summary(result)}
     write_json(args.out_dir / "validation.json", payload)
     picture = plot(result, args.out_dir / "validation.png")
-    print(f"\nwrote {args.out_dir / 'validation.json'} and {picture}")
+    print(f"\nwrote {args.out_dir / 'validation.json'} and {picture} ({kept}: the live curves)")
     return 0

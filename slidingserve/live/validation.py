@@ -160,8 +160,11 @@ def run_curve(
         for seed in settings.seeds:
             batch.append(Trial.of(rate, seed, trials.run(policy, rate, seed, scale)))
             if progress is not None:
+                expected = trial_seconds(settings.live.requests, rate, capacity)
+                if rate not in rates:  # beyond the grid: not in the plan
+                    progress.skip(-expected)
                 what = f"{policy} at {rate:.2f} req/s, seed {seed}: {batch[-1].violation_rate:.1%}"
-                progress.advance(trial_seconds(settings.live.requests, rate, capacity), what)
+                progress.advance(expected, what)
         measured.extend(batch)
     if progress is not None:
         unrun = [rate for rate in rates if rate not in {trial.rate for trial in measured}]
@@ -229,6 +232,7 @@ def run_venue(
     scale: float | None = None,
     lines: bool = False,
     clock: Callable[[], float] = time.monotonic,
+    measured: Callable[[PolicyCurve], None] = lambda _: None,
 ) -> VenueResult:
     """Every policy's curve in one venue.
 
@@ -236,7 +240,7 @@ def run_venue(
     is given) calibrates the SLO scale, then runs its own trials when it is compared.
     `grid` (req/s) defaults to the loads × this venue's capacity, checked against the
     budget; the simulated twin gets the live grid and scale. `lines`: also run every policy
-    on the dense rates of the plot.
+    on the dense rates of the plot. `measured` gets each policy's curve as it is done.
     """
     for policy in [REFERENCE_POLICY, *policies]:
         trials.check(policy)
@@ -259,6 +263,7 @@ def run_venue(
         venue = _Venue(trials, settings, capacity, rates, scale, progress)
         if order[0] == REFERENCE_POLICY:
             curves[REFERENCE_POLICY] = venue.curve(REFERENCE_POLICY)
+            measured(curves[REFERENCE_POLICY])
     for policy in order[1:] if curves else order:
         with trials.serving(policy):
             _warm_up(trials, settings)
@@ -267,6 +272,7 @@ def run_venue(
                     startup_seconds(settings, capacity), f"{policy}: server started and warmed up"
                 )
             curves[policy] = venue.curve(policy)
+            measured(curves[policy])
     dense: dict[str, PolicyCurve] = {}
     if lines:
         dense_rates = line_rates(rates, settings.curve_points)
@@ -315,9 +321,11 @@ def validate(
     steps_file: Path | None = None,
     say: Callable[[str], None] = print,
     live_trials: Callable[[LiveSettings], Trials] = LiveTrials,
+    measured: Callable[[PolicyCurve], None] = lambda _: None,
 ) -> Validation:
     """Profile the engine unless `steps` are given (written to `steps_file`), run every
-    policy live, then the simulated twin of the same trials from the profile."""
+    policy live (each curve to `measured` as it is done, so an interrupted run keeps
+    them), then the simulated twin of the same trials from the profile."""
     from slidingserve.live.server_timing import time_server
     from slidingserve.live.simulated import SimulatedTrials, simulated_policy
 
@@ -338,7 +346,7 @@ def validate(
         check_budget(settings, len(ordered_policies(policies)), predicted, "predicted")
     except ValueError as error:
         raise ValueError(f"{error} (the profile is kept: --steps {steps_path})") from None
-    live = run_venue(engine, settings, policies, say)
+    live = run_venue(engine, settings, policies, say, measured=measured)
     twin = SimulatedTrials(steps, dataclasses.replace(live_settings, slo_scale=live.slo_scale))
     say("the simulated twin: the same trials on the profiled engine")
     simulated = run_venue(

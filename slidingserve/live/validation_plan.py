@@ -33,7 +33,7 @@ class Progress:
         self.say(f"[{bar:<20}] {what} · {elapsed / 60:.1f} min elapsed, ~{left / 60:.1f} min left")
 
     def skip(self, expected_s: float) -> None:
-        """Planned work that was not needed."""
+        """Planned work that was not needed (negative: work added to the plan)."""
         self.planned_s -= expected_s
 
 

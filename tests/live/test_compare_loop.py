@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 import pytest
 from factories import run_metrics as metrics
 
+from slidingserve.bench.runner import BenchConfig
 from slidingserve.eval.goodput import SearchSettings
 from slidingserve.live.compare import LiveComparison, LiveSettings, compare
 from slidingserve.metrics import RunMetrics
@@ -127,3 +128,30 @@ def test_a_bad_policy_fails_before_any_server_starts() -> None:
     assert made[0].events == [("check", "good")]
     with pytest.raises(ValueError, match="no policy to compare"):
         compare(SETTINGS, [], [1.0], trials=trials)
+
+
+def test_every_live_run_salts_the_prefix_cache_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trials re-send the same seeds' prompts at every rate; without a salt of its own a
+    run would start from the cache the run before it left."""
+    import slidingserve.live.compare as live_compare
+
+    sent: list[BenchConfig] = []
+
+    class Ran:
+        class summary:  # noqa: N801 - the shape run_bench returns
+            metrics = metrics(0.0)
+
+    def fake_bench(config: BenchConfig) -> Ran:
+        sent.append(config)
+        return Ran()
+
+    monkeypatch.setattr(live_compare, "run_bench", fake_bench)
+    trials = live_compare.LiveTrials(SETTINGS)
+    trials.check("slidingserve")
+    trials.url = "http://127.0.0.1:1"
+    workload = SETTINGS.workload_config(1.0)
+    trials.probe(workload, 1.0, 0)
+    trials.run("slidingserve", 1.0, 0, 1.0)
+    trials.run("slidingserve", 2.0, 0, 1.0)
+    salts = [config.cache_salt for config in sent]
+    assert len(set(salts)) == 3 and all(salts)

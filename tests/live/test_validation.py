@@ -40,11 +40,13 @@ from slidingserve.workloads import WorkloadConfig
 def test_the_goodput_lies_between_the_last_passing_rate_and_the_first_failing_one() -> None:
     points = [(2.0, 0.0), (4.0, 0.005), (6.0, 0.025), (8.0, 0.3)]
     # 4 passes at 0.5%, 6 fails at 2.5%: 1% lies a quarter of the way from 4 to 6
-    assert curve_goodput(points, 0.01) == Goodput(pytest.approx(4.5))
+    assert curve_goodput(points, 0.01).value == pytest.approx(4.5)
+    assert curve_goodput(points, 0.01).exact
 
 
 def test_a_failure_below_a_pass_ends_the_curve() -> None:
-    assert curve_goodput([(2.0, 0.0), (4.0, 0.02), (6.0, 0.0)], 0.01) == Goodput(pytest.approx(3.0))
+    assert curve_goodput([(2.0, 0.0), (4.0, 0.02), (6.0, 0.0)], 0.01).value == pytest.approx(3.0)
+    assert curve_goodput([(2.0, 0.0), (4.0, 0.02), (6.0, 0.0)], 0.01).exact
 
 
 def test_a_curve_that_never_fails_or_never_passes_gives_a_bound() -> None:
@@ -104,7 +106,8 @@ def test_rates_run_from_the_top_and_stop_where_every_seed_passes() -> None:
                            ("p", 4.0, 0), ("p", 4.0, 1)]  # fmt: skip
     assert curve.rates == [4.0, 6.0, 8.0]
     assert curve.pooled(6.0) == (100, 200)  # 50% of 100 requests, twice
-    assert curve.pooled_goodput(0.01) == Goodput(pytest.approx(4.0 + 2.0 * 0.01 / 0.5))
+    assert curve.pooled_goodput(0.01).value == pytest.approx(4.0 + 2.0 * 0.01 / 0.5)
+    assert curve.pooled_goodput(0.01).exact
 
 
 def test_a_curve_passing_the_top_climbs_above_it_by_the_grid_s_step() -> None:
@@ -127,7 +130,8 @@ def test_one_noisy_seed_keeps_the_rates_going_down() -> None:
     trials = StepTrials({"p": 5.0}, noisy_seed=1)
     curve = run_curve(trials, SETTINGS, "p", [4.0, 6.0], scale=1.0)
     assert curve.rates == pytest.approx([4.0 / 1.5**2, 4.0 / 1.5, 4.0, 6.0])  # at most 2 below
-    assert curve.seed_goodput(0, 0.01) == Goodput(pytest.approx(4.0 + 2.0 * 0.01 / 0.5))
+    assert curve.seed_goodput(0, 0.01).value == pytest.approx(4.0 + 2.0 * 0.01 / 0.5)
+    assert curve.seed_goodput(0, 0.01).exact
     assert curve.seed_goodput(1, 0.01).bound == "<"  # 5% late at every rate
 
 

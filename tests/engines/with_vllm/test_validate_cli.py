@@ -29,7 +29,10 @@ def test_validate_connects_profile_live_trials_and_their_twin(
     assert live["rates"] == simulated["rates"] == [pytest.approx(0.5 * live["capacity"])]
     for venue in (live, simulated):
         for policy in ("sarathi-edf", "vllm:fcfs"):
-            (trial,) = venue["curves"][policy]["trials"]
-            assert trial["requests"] == 12 and trial["seed"] == 0
+            trials = venue["curves"][policy]["trials"]
+            assert trials[0]["rate"] == live["rates"][0] and 1 <= len(trials) <= 3
+            assert all(trial["requests"] == 12 and trial["seed"] == 0 for trial in trials)
     assert set(saved["summary"]["policies"]) == {"sarathi-edf", "vllm:fcfs"}
     assert (out / "steps.json").is_file() and (out / "validation.png").stat().st_size > 10_000
+    kept = [json.loads(line) for line in (out / "live-curves.jsonl").read_text().splitlines()]
+    assert [curve["policy"] for curve in kept] == ["vllm:fcfs", "sarathi-edf"]
