@@ -199,6 +199,7 @@ def plot(validation: Validation, path: Path) -> Path:
         )  # fmt: skip
     axes.axhline(100 * validation.settings.threshold, color="grey", linestyle=":", linewidth=1)
     axes.set_yscale("symlog", linthresh=1.0)
+    axes.set_ylim(bottom=0.0)
     axes.set_xlabel("request rate (req/s)")
     axes.set_ylabel("violating requests (%)")
     axes.set_title(f"live (points) and simulated (lines): {validation.settings.live.workload}")
