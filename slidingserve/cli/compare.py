@@ -45,7 +45,7 @@ def add_parser(commands: Any) -> None:
         default=cfg.COMPARE_REPEATS,
         help="runs per rate, fixed or searched (median)",
     )
-    add_workload_flags(parser)
+    add_live_workload_flags(parser)
     parser.add_argument("--out-dir", type=Path, default=cfg.COMPARE_OUT_DIR)
     parser.add_argument(
         "--against",
@@ -57,7 +57,7 @@ def add_parser(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def add_workload_flags(parser: argparse.ArgumentParser) -> None:
+def add_live_workload_flags(parser: argparse.ArgumentParser) -> None:
     """The comparison's workload, requests, seed and SLO scale."""
     parser.add_argument("--workload", help=f"default {cfg.WORKLOAD}; with --trace: the trace")
     parser.add_argument(

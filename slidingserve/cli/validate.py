@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slidingserve.cli.compare import add_workload_flags, live_settings
+from slidingserve.cli.compare import add_live_workload_flags, live_settings
 
 if TYPE_CHECKING:
     from slidingserve.live.validation_figures import PolicyCurve
@@ -35,7 +35,7 @@ def add_parser(commands: Any) -> None:
         help="the engine's step periods from an earlier `profile --live` (default: profile now)",
     )
     parser.add_argument("--policies", default=VALIDATE_POLICIES, help="comma list")
-    add_workload_flags(parser)
+    add_live_workload_flags(parser)
     parser.add_argument("--seeds", type=int, default=3, help="trials per rate, one per seed")
     parser.add_argument(
         "--loads",

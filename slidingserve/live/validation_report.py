@@ -30,6 +30,11 @@ def goodput_error(predicted: Goodput, measured: Goodput) -> float:
     return relative_error(predicted.value, measured.value)
 
 
+def goodput_ranks(goodputs: dict[str, Goodput]) -> dict[str, int]:
+    """1 for the highest goodput (a bound ranks by its value)."""
+    return ranks({policy: goodput.value for policy, goodput in goodputs.items()})
+
+
 def _percent(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{100 * value:+.0f}%"
 
@@ -48,8 +53,7 @@ def goodput_table(validation: Validation) -> str:
     threshold, seeds = validation.settings.threshold, validation.settings.seeds
     live, sim = validation.live.goodputs(threshold), validation.simulated.goodputs(threshold)
     live_seeds = validation.live.seed_goodputs(threshold, seeds)
-    live_rank = ranks({p: g.value for p, g in live.items()})
-    sim_rank = ranks({p: g.value for p, g in sim.items()})
+    live_rank, sim_rank = goodput_ranks(live), goodput_ranks(sim)
     rows = [
         [
             policy,
@@ -146,6 +150,7 @@ def summary(validation: Validation) -> dict[str, Any]:
         live.seed_goodputs(threshold, seeds),
         sim.seed_goodputs(threshold, seeds),
     )
+    live_rank, sim_rank = goodput_ranks(live_goodput), goodput_ranks(sim_goodput)
     return {
         "capacity_error": relative_error(sim.capacity, live.capacity),
         "common_rate": common_rate(live, sim, threshold),
@@ -158,8 +163,8 @@ def summary(validation: Validation) -> dict[str, Any]:
                 "goodput_error": goodput_error(sim_goodput[policy], live_goodput[policy]),
                 "goodput_live_per_seed": [list(g) for g in live_seeds[policy]],
                 "goodput_simulated_per_seed": [list(g) for g in sim_seeds[policy]],
-                "rank_live": ranks({p: g.value for p, g in live_goodput.items()})[policy],
-                "rank_simulated": ranks({p: g.value for p, g in sim_goodput.items()})[policy],
+                "rank_live": live_rank[policy],
+                "rank_simulated": sim_rank[policy],
             }
             for policy in validation.policies
         },
