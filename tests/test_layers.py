@@ -18,13 +18,17 @@ BELOW: dict[str, set[str]] = {
     "predictor": {"core"},
     "workloads": {"core"},
     "policies": {"core", "predictor"},
-    "sim": {"core", "metrics", "predictor", "policies", "workloads"},
+    "routing": {"core", "predictor"},
+    "sim": {"core", "metrics", "predictor", "policies", "routing", "workloads"},
     "engines": {"core", "predictor", "policies"},
     "bench": {"core", "metrics", "reporting", "workloads"},
-    "eval": {"core", "metrics", "predictor", "policies", "reporting", "sim", "workloads"},
+    "eval": {
+        *("core", "metrics", "predictor", "policies", "reporting", "routing", "sim"),
+        "workloads",
+    },
     "live": {
-        *("core", "metrics", "predictor", "policies", "reporting", "sim", "workloads"),
-        *("bench", "engines", "eval"),
+        *("core", "metrics", "predictor", "policies", "reporting", "routing", "sim"),
+        *("workloads", "bench", "engines", "eval"),
     },
 }
 """What each layer may import besides itself; the command line (`cli/`) may import all."""

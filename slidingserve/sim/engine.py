@@ -9,6 +9,7 @@ iterations at low load, and the policy's decision there is fixed by the contract
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -146,36 +147,21 @@ class Simulator:
 
     def run(self, requests: Sequence[Request]) -> SimulationRun:
         """Simulate until every request has finished. The requests are mutated in place."""
-        self._check_fits(requests)
+        replica = self.replica(sorted(requests, key=lambda r: r.arrival))
+        replica.advance(math.inf)
+        return replica.finished_run()
+
+    def replica(
+        self, requests: Sequence[Request] = (), expected: Sequence[Request] | None = None
+    ) -> Replica:
+        """A replica of this engine that will serve `requests` (by arrival) and whatever
+        `Replica.submit` hands it later; it runs as far as `Replica.advance` says.
+        `expected`: every request it may be handed (default `requests`), which decides
+        whether its KV cache keeps prefixes."""
+        self.check_fits(requests)
         tracer = RequestTracer(self.policy) if self.options.trace_requests else None
-        state = EngineState(
-            sorted(requests, key=lambda r: r.arrival), self._cache(requests), tracer
-        )
-        logs: list[IterationLog] = []
-        counters = _Counters()
-        while not state.all_finished:
-            state.admit_arrivals()
-            if state.idle:
-                state.now = state.next_arrival
-                continue
-            preempted = state.make_room_for_decodes(self.policy.preemption_victim)
-            counters.preemptions += preempted
-            self._check_thrashing(counters, len(requests))
-            if self._can_fast_forward(state):
-                counters.fast_forwarded += self._fast_forward(state, logs)
-                continue
-            self._step(state, counters, logs, admit=not preempted)
-        return SimulationRun(
-            state.all_requests,
-            state.now,
-            counters.iterations,
-            counters.fast_forwarded,
-            counters.preemptions,
-            logs,
-            state.kv.num_used,
-            tracer.traces if tracer is not None else {},
-            _prefix_stats(state.kv),
-        )
+        cache = self._cache(requests if expected is None else expected)
+        return Replica(self, EngineState(list(requests), cache, tracer))
 
     def _cache(self, requests: Sequence[Request]) -> KVBlockManager:
         """The KV cache of a run: with a prefix cache when the limits ask for one and some
@@ -184,14 +170,7 @@ class Simulator:
             return PrefixCachingKV(self.kv_blocks, self.limits.block_size)
         return KVBlockManager(self.kv_blocks, self.limits.block_size)
 
-    def _check_thrashing(self, counters: _Counters, num_requests: int) -> None:
-        if counters.preemptions > MAX_PREEMPTIONS_PER_REQUEST * num_requests:
-            raise SchedulingStallError(
-                f"policy {self.policy.name!r}: {counters.preemptions} preemptions for "
-                f"{num_requests} requests; the engine is thrashing"
-            )
-
-    def _check_fits(self, requests: Sequence[Request]) -> None:
+    def check_fits(self, requests: Sequence[Request]) -> None:
         for request in requests:
             # The last token is emitted, never cached: at most p + o − 1 tokens are held.
             most = request.prompt_len + request.output_len - 1
@@ -203,17 +182,85 @@ class Simulator:
                     f"{self.kv_blocks}"
                 )
 
-    def _step(
-        self, state: EngineState, counters: _Counters, logs: list[IterationLog], admit: bool
-    ) -> None:
-        plan = self._plan(state, counters, admit)
+
+class Replica:
+    """One engine's run, stepped from outside: `advance` runs every iteration that starts
+    before a given time, `submit` hands it a request that arrives later. `Simulator.run`
+    advances one replica to the end; a cluster (`sim/cluster.py`) advances each to the
+    next arrival, routes it, and goes on."""
+
+    def __init__(self, engine: Simulator, state: EngineState) -> None:
+        self.engine = engine
+        self.policy = engine.policy
+        self.state = state
+        self.logs: list[IterationLog] = []
+        self.counters = _Counters()
+
+    def submit(self, request: Request) -> None:
+        """Hand the replica `request`, arriving no earlier than those it has."""
+        pending = self.state.all_requests
+        if pending and request.arrival < pending[-1].arrival:
+            raise ValueError(
+                f"request {request.request_id} arrives at {request.arrival} s, before the "
+                f"last one submitted ({pending[-1].arrival} s)"
+            )
+        self.engine.check_fits([request])
+        pending.append(request)
+
+    def advance(self, horizon: float) -> None:
+        """Run every iteration that starts before `horizon` (seconds); decode-only runs stop
+        there, so that an iteration at or after it sees what arrives then."""
+        state, counters = self.state, self.counters
+        while not state.all_finished:
+            state.admit_arrivals()
+            if state.idle:
+                if state.next_arrival >= horizon:
+                    return
+                state.now = state.next_arrival
+                continue
+            if state.now >= horizon:
+                return
+            preempted = state.make_room_for_decodes(self.policy.preemption_victim)
+            counters.preemptions += preempted
+            self._check_thrashing()
+            if self._can_fast_forward():
+                counters.fast_forwarded += self._fast_forward(min(state.next_arrival, horizon))
+                continue
+            self._step(admit=not preempted)
+
+    def finished_run(self) -> SimulationRun:
+        """What the run left behind (call once every request has finished)."""
+        state, counters = self.state, self.counters
+        return SimulationRun(
+            state.all_requests,
+            state.now,
+            counters.iterations,
+            counters.fast_forwarded,
+            counters.preemptions,
+            self.logs,
+            state.kv.num_used,
+            state.tracer.traces if state.tracer is not None else {},
+            _prefix_stats(state.kv),
+        )
+
+    def _check_thrashing(self) -> None:
+        num_requests = len(self.state.all_requests)
+        if self.counters.preemptions > MAX_PREEMPTIONS_PER_REQUEST * num_requests:
+            raise SchedulingStallError(
+                f"policy {self.policy.name!r}: {self.counters.preemptions} preemptions for "
+                f"{num_requests} requests; the engine is thrashing"
+            )
+
+    def _step(self, admit: bool) -> None:
+        state, options = self.state, self.engine.options
+        plan = self._plan(admit)
         if not plan.chunks:  # it refused every request there was: no iteration runs
             return
         shape = BatchShape.from_plan(plan)
-        duration = self.timer.sample_time(shape)
+        duration = self.engine.timer.sample_time(shape)
         start = state.now
-        if self.options.record_iterations:
-            logs.append(
+        if options.record_iterations:
+            self.logs.append(
                 IterationLog(
                     start,
                     duration,
@@ -228,14 +275,15 @@ class Simulator:
                 )
             )
         state.execute(plan, start + duration)
-        counters.iterations += 1
+        self.counters.iterations += 1
         self.policy.on_iteration_end(IterationRecord(start, duration, plan, shape))
 
-    def _plan(self, state: EngineState, counters: _Counters, admit: bool) -> Plan:
+    def _plan(self, admit: bool) -> Plan:
         """Ask the policy; if it runs nothing, preempt the policy's victim and ask again
         (admitting nothing new in an iteration that preempted, as vLLM)."""
+        state, counters, limits = self.state, self.counters, self.engine.limits
         while True:
-            view = state.view(self.limits, admit)
+            view = state.view(limits, admit)
             plan = self.policy.schedule(view)
             if state.tracer is not None:
                 state.tracer.scheduled(view.now)
@@ -247,7 +295,7 @@ class Simulator:
                         return plan
                     continue
             if plan.chunks:
-                if self.options.validate_plans:
+                if self.engine.options.validate_plans:
                     validate_plan(plan, view)
                 return plan
             if not state.running:
@@ -259,64 +307,68 @@ class Simulator:
             counters.preemptions += 1
             admit = False
 
-    def _can_fast_forward(self, state: EngineState) -> bool:
-        if not self.options.fast_forward or state.waiting:
+    def _can_fast_forward(self) -> bool:
+        state, limits = self.state, self.engine.limits
+        if not self.engine.options.fast_forward or state.waiting:
             return False
         num_decodes = len(state.running)
         return (
-            num_decodes <= min(self.limits.max_num_seqs, self.limits.max_num_batched_tokens)
+            num_decodes <= min(limits.max_num_seqs, limits.max_num_batched_tokens)
             and all(r.phase is Phase.DECODING for r in state.running)
             and self.policy.schedules_all_decodes(num_decodes)
         )
 
-    def _fast_forward(self, state: EngineState, logs: list[IterationLog]) -> int:
-        """Run decode-only iterations until an arrival, a completion or a KV limit."""
+    def _fast_forward(self, cut: float) -> int:
+        """Run decode-only iterations until a completion, a KV limit or `cut` (the next
+        arrival): an iteration that starts at or after it is not run here."""
+        state, timer = self.state, self.engine.timer
         running = state.running
         num_decodes = len(running)
         steps = min(
             FAST_FORWARD_MAX_STEPS,
             min(r.remaining_output for r in running),
-            self.limits.block_size * (state.kv.num_free // num_decodes),
+            self.engine.limits.block_size * (state.kv.num_free // num_decodes),
         )
         if steps < 1:
             steps = 1
         decode_kv = sum(r.num_computed for r in running)
-        durations = self.timer.decode_run_times(num_decodes, decode_kv, steps)
+        durations = timer.decode_run_times(num_decodes, decode_kv, steps)
         ends = state.now + np.cumsum(durations)
-        if state.has_pending_arrivals:
-            # An iteration that starts at or after the next arrival must see it.
-            starts_before = int(np.searchsorted(ends, state.next_arrival, side="left")) + 1
+        if cut < math.inf:
+            starts_before = int(np.searchsorted(ends, cut, side="left")) + 1
             steps = min(steps, starts_before)
-        self.timer.consume_noise(steps)
-        if self.options.record_iterations:
-            starts = np.concatenate(([state.now], ends[: steps - 1]))
-            slacks = decode_run_slacks(running, starts)
-            used = decode_run_blocks(running, state.kv, steps)
-            total = state.kv.num_blocks
-            logs += [
-                IterationLog(
-                    start,
-                    duration,
-                    num_decodes,
-                    num_decodes,
-                    num_decodes,
-                    DECODE_RUN,
-                    0,
-                    slack,
-                    blocks,
-                    total,
-                )
-                for start, duration, slack, blocks in zip(
-                    starts.tolist(),
-                    durations[:steps].tolist(),
-                    slacks.tolist(),
-                    used.tolist(),
-                    strict=True,
-                )
-            ]
+        timer.consume_noise(steps)
+        if self.engine.options.record_iterations:
+            self._log_decode_run(durations[:steps], ends[: steps - 1])
         state.execute_decode_run(ends[:steps].tolist())
         self.policy.on_decode_run(durations[:steps].tolist(), num_decodes)
         return steps
+
+    def _log_decode_run(self, durations: np.ndarray, ends_before_last: np.ndarray) -> None:
+        state = self.state
+        running, steps = state.running, len(durations)
+        num_decodes = len(running)
+        starts = np.concatenate(([state.now], ends_before_last))
+        slacks = decode_run_slacks(running, starts)
+        used = decode_run_blocks(running, state.kv, steps)
+        total = state.kv.num_blocks
+        self.logs += [
+            IterationLog(
+                start,
+                duration,
+                num_decodes,
+                num_decodes,
+                num_decodes,
+                DECODE_RUN,
+                0,
+                slack,
+                blocks,
+                total,
+            )
+            for start, duration, slack, blocks in zip(
+                starts.tolist(), durations.tolist(), slacks.tolist(), used.tolist(), strict=True
+            )
+        ]
 
 
 def _prefix_stats(kv: KVBlockManager) -> PrefixCacheStats | None:

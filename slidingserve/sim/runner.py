@@ -20,7 +20,9 @@ from slidingserve.metrics import (
 )
 from slidingserve.policies import PolicyContext, get_policy_class, make_policy
 from slidingserve.predictor.calibration import Calibration
+from slidingserve.routing import ReplicaModel, make_router
 from slidingserve.sim.calibration import calibrate
+from slidingserve.sim.cluster import ClusterLayout, ClusterRun, replica_seed, run_cluster
 from slidingserve.sim.engine import IterationTimer, SimulationRun, Simulator, SimulatorOptions
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
 from slidingserve.workloads import WorkloadConfig, generate_requests
@@ -44,9 +46,13 @@ class SimulationSpec:
     policy_options: Mapping[str, Any] = field(default_factory=dict)  # the policy's config
     tbt_reading: TbtReading = TbtReading.CUMULATIVE
     calibration: Calibration | None = None  # shared by runs; None: calibrate if needed
+    cluster: ClusterLayout | None = None  # many replicas behind a router; None: one engine
+    # on `hardware` (with a cluster, `hardware` is its first replica's, `calibration` its)
 
     def __post_init__(self) -> None:
         get_policy_class(self.policy)  # unknown names fail here, before any run
+        if self.cluster is not None and self.cluster.replicas[0] != self.hardware:
+            raise ValueError("a cluster's first replica must be the spec's hardware")
 
     @property
     def max_model_len(self) -> int:
@@ -160,6 +166,55 @@ def run_policy(
     return Simulator(policy, gpu, blocks, options).run(requests)
 
 
+def simulate_cluster(
+    spec: SimulationSpec,
+    cluster: ClusterLayout,
+    requests: Sequence[Request],
+    seed: int,
+    record: bool = False,
+) -> ClusterRun:
+    """Run `requests` (mutated in place) on `cluster`: on each replica its own `spec.policy`
+    (with the calibration of its own GPU), its GPU's noise from `replica_seed`, its KV
+    cache; `cluster.router` in front, told each replica's GPU through the same
+    calibration the policies get."""
+    calibrations = _Calibrations(spec)
+    options = SimulatorOptions(limits=spec.limits, record_iterations=record, trace_requests=record)
+    engines = []
+    for index, hardware in enumerate(cluster.replicas):
+        context = context_for(spec.policy, spec.limits, calibrations.for_hardware(hardware))
+        policy = make_policy(spec.policy, context, spec.policy_options)
+        gpu = GroundTruthLatency(hardware, replica_seed(seed, index))
+        blocks = gpu.kv_capacity_blocks(spec.limits.block_size)
+        engines.append(Simulator(policy, gpu, blocks, options))
+    models = tuple(
+        ReplicaModel(calibrations.of(h).predictor, spec.limits.max_num_batched_tokens)
+        for h in cluster.replicas
+    )
+    return run_cluster(engines, make_router(cluster.router, models), requests)
+
+
+class _Calibrations:
+    """Each GPU of a cluster calibrated once per run; the spec's own from the spec."""
+
+    def __init__(self, spec: SimulationSpec) -> None:
+        self.spec = spec
+        self._done: dict[HardwareConfig, Calibration] = {}
+        if spec.calibration is not None:
+            self._done[spec.hardware] = spec.calibration
+
+    def for_hardware(self, hardware: HardwareConfig) -> Callable[[], Calibration]:
+        """`of(hardware)`, called only when asked for (a policy without a predictor never
+        asks)."""
+        return lambda: self.of(hardware)
+
+    def of(self, hardware: HardwareConfig) -> Calibration:
+        calibration = self._done.get(hardware)
+        if calibration is None:
+            calibration = calibrate(hardware, self.spec.limits)
+            self._done[hardware] = calibration
+        return calibration
+
+
 class RunFigures(NamedTuple):
     """The metrics of a simulated run, from its first arrival to its last token."""
 
@@ -199,9 +254,12 @@ def _simulate(spec: SimulationSpec, rate: float, seed: int, record: bool) -> Rec
         raise ValueError(f"rate must be at least {MIN_RATE} req/s and finite, got {rate}")
     started = time.perf_counter()
     requests = generate_requests(spec.workload, rate, seed, spec.max_model_len)
-    policy = make_policy(spec.policy, policy_context(spec), spec.policy_options)
-    gpu = GroundTruthLatency(spec.hardware, seed)
-    run = run_policy(policy, gpu, spec.limits, requests, record)
+    if spec.cluster is not None:
+        run = simulate_cluster(spec, spec.cluster, requests, seed, record).merged
+    else:
+        policy = make_policy(spec.policy, policy_context(spec), spec.policy_options)
+        gpu = GroundTruthLatency(spec.hardware, seed)
+        run = run_policy(policy, gpu, spec.limits, requests, record)
     figures = run_figures(run.requests)
     result = SimulationResult(
         policy=spec.policy,

@@ -65,6 +65,11 @@ class EngineState:
         return math.inf
 
     @property
+    def pending(self) -> list[Request]:
+        """Requests handed to the engine that it has not admitted yet (in arrival order)."""
+        return self.all_requests[self._next_pending :]
+
+    @property
     def num_queued(self) -> int:
         """Requests waiting or prefilling (O(running): for recording only)."""
         return len(self.waiting) + sum(1 for r in self.running if r.phase is Phase.PREFILLING)

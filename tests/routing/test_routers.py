@@ -1,0 +1,115 @@
+"""The routers' choices on hand-built replica loads, worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+from factories import TokenLinearModel, make_request
+
+from slidingserve.core.queue_fit import QueuedPrefill
+from slidingserve.routing import (
+    LeastRequests,
+    LeastWork,
+    ReplicaLoad,
+    ReplicaModel,
+    RoundRobin,
+    SloAware,
+    make_router,
+)
+
+# 1 ms a step plus 0.1 ms a token: a full batch of 1,000 tokens takes 0.101 s
+FAST = ReplicaModel(TokenLinearModel(0.001, 1e-4), max_tokens=1000)
+SLOW = ReplicaModel(TokenLinearModel(0.001, 2e-4), max_tokens=1000)
+
+
+def load(
+    outstanding: int = 0,
+    prefills: tuple[tuple[float, int], ...] = (),
+    decodes: int = 0,
+    hit: int = 0,
+    now: float = 0.0,
+) -> ReplicaLoad:
+    return ReplicaLoad(
+        now,
+        outstanding,
+        tuple(QueuedPrefill(d, t) for d, t in prefills),
+        (500,) * decodes,
+        hit,
+    )
+
+
+def test_the_prefill_rate_is_a_full_batch_beside_the_decodes() -> None:
+    assert FAST.prefill_rate(()) == pytest.approx(1000 / 0.101)
+    # 200 decodes leave 800 tokens in a batch that still takes 0.101 s
+    assert FAST.prefill_rate((10,) * 200) == pytest.approx(800 / 0.101)
+    assert FAST.prefill_rate((10,) * 1000) == 0.0
+
+
+def test_round_robin_takes_each_replica_in_turn_whatever_it_holds() -> None:
+    router = RoundRobin((FAST, FAST, FAST))
+    loads = [load(9), load(0), load(0)]
+    assert [router.route(make_request(), loads) for _ in range(5)] == [0, 1, 2, 0, 1]
+
+
+def test_least_requests_takes_the_fewest_outstanding_ties_to_the_lowest_index() -> None:
+    router = LeastRequests((FAST, FAST, FAST))
+    assert router.route(make_request(), [load(3), load(1), load(1)]) == 1
+    assert router.route(make_request(), [load(0), load(0), load(0)]) == 0
+
+
+def test_least_work_counts_tokens_not_requests() -> None:
+    router = LeastWork((FAST, FAST))
+    many_short = load(5, ((1.0, 100),) * 5)  # 500 tokens
+    one_long = load(1, ((1.0, 4000),))
+    assert router.route(make_request(), [one_long, many_short]) == 1
+
+
+def test_least_work_counts_a_slower_gpu_as_busier() -> None:
+    router = LeastWork((SLOW, FAST))
+    # 1,000 tokens at 1000/0.201 tok/s (0.201 s) against 1,500 at 1000/0.101 (0.1515 s)
+    assert router.route(make_request(), [load(1, ((1.0, 1000),)), load(1, ((1.0, 1500),))]) == 1
+
+
+def test_slo_aware_counts_only_the_prompts_due_first() -> None:
+    router = SloAware((FAST, FAST))
+    request = make_request(prompt=100, ttft=1.0)  # deadline 1.0 s
+    # replica 0: 3,000 tokens due before it; replica 1: 5,000 due after it, none before
+    due_first = load(1, ((0.5, 3000),))
+    due_later = load(1, ((2.0, 5000),))
+    assert router.route(request, [due_first, due_later]) == 1
+    slack = router.slack(1, request, due_later)
+    assert slack == pytest.approx(1.0 - 100 / (1000 / 0.101))
+
+
+def test_slo_aware_prefers_the_replica_that_holds_the_prompt() -> None:
+    router = SloAware((FAST, FAST))
+    request = make_request(prompt=2000, ttft=1.0)
+    assert router.route(request, [load(0), load(0, hit=1984)]) == 1
+
+
+def test_slo_aware_refuses_only_when_no_replica_can_make_the_deadline() -> None:
+    router = SloAware((FAST, FAST))
+    request = make_request(prompt=100, ttft=0.5)
+    # 0.5 s is 4,950 tokens at 9,901 tok/s: 5,000 queued first misses, 4,000 makes it
+    assert router.route(request, [load(1, ((0.1, 5000),)), load(1, ((0.1, 4000),))]) == 1
+    assert router.route(request, [load(1, ((0.1, 5000),)), load(1, ((0.1, 6000),))]) is None
+    assert router.refuses() and not LeastRequests((FAST,)).refuses()
+
+
+def test_slo_aware_reads_each_replica_clock() -> None:
+    router = SloAware((FAST, FAST))
+    request = make_request(prompt=100, ttft=0.5)
+    # replica 0 is still in an iteration until 0.45 s: its first token comes too late
+    assert router.route(request, [load(now=0.45), load(1, ((0.1, 1000),))]) == 1
+
+
+def test_a_replica_whose_decodes_fill_every_batch_has_no_slack() -> None:
+    router = SloAware((FAST,))
+    assert router.route(make_request(), [load(1000, decodes=1000)]) is None
+
+
+def test_routers_are_chosen_by_name() -> None:
+    assert isinstance(make_router("slo-aware", (FAST,)), SloAware)
+    with pytest.raises(ValueError, match=r"unknown router 'nearest'.*least-requests"):
+        make_router("nearest", (FAST,))
+    with pytest.raises(ValueError, match="at least one replica"):
+        RoundRobin(())
