@@ -11,6 +11,8 @@ from typing import Any
 
 from slidingserve.cli.settings import EXPERIMENT, HARDWARE, LIMITS, RUN_REQUESTS
 from slidingserve.eval.goodput import SearchSettings
+from slidingserve.routing import ROUTERS
+from slidingserve.sim.cluster import DEFAULT_ROUTER
 from slidingserve.workloads import TRACE_BLOCK_SIZE
 from slidingserve.workloads.prefixes import CONCURRENT_CONVERSATIONS
 
@@ -143,6 +145,21 @@ def add_search_flags(parser: Any, seeds: int, search: SearchSettings) -> None:
         "--threshold", type=float, help=f"violating fraction allowed ({search.threshold})"
     )
     parser.add_argument("--precision", type=float, help=f"relative precision ({search.precision})")
+
+
+def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
+    """--replicas and --router: many replicas behind a router (docs/cluster.md)."""
+    group = parser.add_argument_group("cluster (override the --config file's [cluster])")
+    group.add_argument(
+        "--replicas",
+        metavar="N|GPU:MODEL:TP,...",
+        help="simulate a cluster: N replicas of --gpu/--model/--tp, or one replica per "
+        "hardware point (the same model on each); rates are the cluster's",
+    )
+    group.add_argument(
+        "--router",
+        help=f"which replica serves each request: {', '.join(ROUTERS)} (default {DEFAULT_ROUTER})",
+    )
 
 
 def add_hardware_flag(parser: Any, each: str) -> None:

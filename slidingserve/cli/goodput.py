@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from slidingserve.cli import settings as cfg
 from slidingserve.cli.flags import (
+    add_cluster_flags,
     add_hardware_flag,
     add_search_flags,
     add_setup_flags,
@@ -36,6 +37,7 @@ from slidingserve.eval.report import (
     goodput_table,
     hardware_summary_table,
     latency_model_lines,
+    per_replica_lines,
     ratio_table,
     workload_note,
 )
@@ -90,6 +92,7 @@ def add_parser(commands: Any) -> None:
     add_hardware_flag(parser, HARDWARE_EACH)
     _add_output_flags(parser)
     add_setup_flags(parser)
+    add_cluster_flags(parser)
     parser.set_defaults(handler=run)
 
 
@@ -209,6 +212,8 @@ def _report(result: ExperimentResult, out: Path) -> None:
     for criterion in experiment.criteria:
         print(f"\nrequests that must meet their SLO: {criterion}")
         print(goodput_table(result, criterion))
+        if experiment.cluster is not None:
+            print(per_replica_lines(result, criterion))
         print(f"\nGoodput ÷ {experiment.reference_policy}'s on the same seed: {_ratios(result)}")
         print(ratio_table(result, criterion))
         for base in compared_families(experiment.policies):

@@ -15,6 +15,8 @@ Precedence: built-in defaults < the file given with --config < flags. The file's
     [workload.overload]  start, duration (seconds), factor
     [goodput]    policies, reference, workloads, seeds, criteria, threshold, precision,
                  curve_points, jobs
+    [cluster]    replicas (a count of [hardware] replicas, or a list of "GPU:MODEL:TP"
+                 points, one per replica), router (docs/cluster.md)
     [policies.NAME]      that policy's options, e.g. [policies.sarathi] chunk_size = 256
 
 A key the file and the flags leave out is not passed on: the config it belongs to
@@ -41,7 +43,8 @@ from slidingserve.metrics import TbtReading
 from slidingserve.policies import get_policy_class
 from slidingserve.predictor import DEFAULT_FEATURES
 from slidingserve.predictor.calibration import DEFAULT_SAMPLES
-from slidingserve.sim.hardware import HardwareConfig
+from slidingserve.sim.cluster import DEFAULT_ROUTER, ClusterLayout
+from slidingserve.sim.hardware import HardwareConfig, parse_hardware
 from slidingserve.workloads import (
     TRACE_WORKLOAD,
     ArrivalConfig,
@@ -118,7 +121,7 @@ TRACE_STATS_OUT_DIR = Path("results/trace-stats")
 # --- Reading settings ------------------------------------------------------------------------
 
 Settings = Mapping[str, Mapping[str, Any]]
-SECTIONS = ("hardware", "engine", "workload", "goodput", "policies")
+SECTIONS = ("hardware", "engine", "workload", "goodput", "policies", "cluster")
 
 
 def empty_settings() -> Settings:
@@ -191,6 +194,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
         prefix_caching=False if args.no_prefix_cache else None,
     )
     settings = override(settings, "workload", tbt_reading=args.tbt_reading, **workload_flags(args))
+    settings = override(
+        settings,
+        "cluster",
+        replicas=getattr(args, "replicas", None),
+        router=getattr(args, "router", None),
+    )
     return with_assignments(settings, args.set)
 
 
@@ -252,6 +261,30 @@ def _given(table: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any]
 def hardware_config(settings: Settings) -> HardwareConfig:
     keys = ("gpu", "model", "tp", "noise", "gpu_memory_utilization", "profile_dir")
     return HardwareConfig(**_take(settings["hardware"], "hardware", keys))
+
+
+def cluster_layout(settings: Settings) -> ClusterLayout | None:
+    """The [cluster] table as a layout (None without `replicas`): a count of [hardware]
+    replicas, or hardware points ("GPU:MODEL:TP", a list or a comma-separated text), each
+    taking noise and memory from [hardware]."""
+    table = _take(settings["cluster"], "cluster", ("replicas", "router"))
+    if "replicas" not in table:
+        if "router" in table:
+            raise ValueError("a router needs a cluster: give [cluster] replicas (--replicas)")
+        return None
+    hardware = hardware_config(settings)
+    replicas = table["replicas"]
+    if isinstance(replicas, str) and replicas.strip().isdigit():
+        replicas = int(replicas)
+    if is_integer(replicas):
+        if replicas < 1:
+            raise ValueError(f"replicas must be at least 1, got {replicas}")
+        points = (hardware,) * replicas
+    else:
+        texts = replicas.split(",") if isinstance(replicas, str) else list(replicas)
+        points = tuple(parse_hardware(str(text), hardware) for text in texts)
+    router = table.get("router", DEFAULT_ROUTER)
+    return ClusterLayout(points, router)
 
 
 def engine_limits(settings: Settings) -> EngineLimits:
@@ -472,6 +505,7 @@ def experiment_from(settings: Settings) -> GoodputExperiment:
             f"reference policy {table['reference']!r} is not among {', '.join(policies)}"
         )
     workload = _workload_table(settings)
+    cluster = cluster_layout(settings)
     return GoodputExperiment(
         policies=policies,
         workloads=workload_names(settings, table.get("workloads"), EXPERIMENT.workloads),
@@ -480,10 +514,11 @@ def experiment_from(settings: Settings) -> GoodputExperiment:
         traces=trace_sources(settings),
         tbt_reading=tbt_reading(settings),
         tiers=tier_mix(settings),
-        hardware=hardware_config(settings),
+        hardware=cluster.replicas[0] if cluster else hardware_config(settings),
         limits=engine_limits(settings),
         policy_options=policy_options(settings, policies),
         search=search_settings(settings),
+        cluster=cluster,
         **_given(workload, SHARED_WORKLOAD_FIELDS),
         **prefix_options(settings),
         **_experiment_options(table),

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from slidingserve.cli import settings as cfg
-from slidingserve.cli.flags import add_setup_flags, comma_list, positive_float
+from slidingserve.cli.flags import add_cluster_flags, add_setup_flags, comma_list, positive_float
 from slidingserve.eval.report import (
+    cluster_note,
     latency_model_lines,
     simulation_table,
     tier_table,
@@ -37,6 +38,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--seed", type=int, default=cfg.SEED)
     parser.add_argument("--out", type=Path, help="write results to a .json or .csv file")
     add_setup_flags(parser)
+    add_cluster_flags(parser)
     parser.set_defaults(handler=run)
 
 
@@ -56,8 +58,12 @@ def run(args: argparse.Namespace) -> int:
         for spec in _specs(settings, options, args.policy, workloads)
         for rate in cfg.default_rates(args.rate, spec.workload, args.seed)
     ]
-    setup = f"{hardware.gpu} {hardware.model} TP{hardware.tp}"
-    print(f"{setup}, latency model:\n{latency_model_lines(hardware)}\n")
+    cluster = cfg.cluster_layout(settings)
+    for replica in dict.fromkeys(cluster.replicas if cluster else (hardware,)):
+        setup = f"{replica.gpu} {replica.model} TP{replica.tp}"
+        print(f"{setup}, latency model:\n{latency_model_lines(replica)}\n")
+    if cluster:
+        print(f"{cluster_note(cluster)}\n")
     for workload in workloads:
         limits = cfg.engine_limits(settings)
         model_len = hardware.model_spec().max_model_len
@@ -74,15 +80,19 @@ def _specs(
     policies: tuple[str, ...],
     workloads: list[WorkloadConfig],
 ) -> list[SimulationSpec]:
-    """One spec per workload and policy, policies varying fastest."""
+    """One spec per workload and policy, policies varying fastest (on a cluster when
+    [cluster] names one)."""
+    cluster = cfg.cluster_layout(settings)
+    hardware = cluster.replicas[0] if cluster else cfg.hardware_config(settings)
     return [
         SimulationSpec(
             policy,
             workload,
-            cfg.hardware_config(settings),
+            hardware,
             cfg.engine_limits(settings),
             options.get(policy, {}),
             cfg.tbt_reading(settings),
+            cluster=cluster,
         )
         for workload in workloads
         for policy in policies

@@ -8,6 +8,7 @@ violation-rate curve over a common grid of rates is measured for every seed.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
@@ -28,6 +29,7 @@ from slidingserve.metrics import TbtReading
 from slidingserve.policies import get_policy_class
 from slidingserve.predictor.calibration import Calibration
 from slidingserve.sim.calibration import calibrate
+from slidingserve.sim.cluster import ClusterLayout
 from slidingserve.sim.hardware import HardwareConfig
 from slidingserve.sim.runner import (
     SimulationResult,
@@ -80,6 +82,8 @@ class GoodputExperiment:
     search: SearchSettings = field(default_factory=SearchSettings)
     curve_points: int = 8  # rates on the violation curve per workload (0: no curve)
     jobs: int = 0  # worker processes; 0: one per core
+    cluster: ClusterLayout | None = None  # replicas behind a router (its first replica's
+    # hardware is `hardware`); rates, goodputs and bounds are then the cluster's
 
     def __post_init__(self) -> None:
         if not self.policies or not self.workloads or not self.seeds:
@@ -102,6 +106,13 @@ class GoodputExperiment:
                 )
         if self.curve_points < 0 or self.jobs < 0:
             raise ValueError("curve_points and jobs must be non-negative")
+        if self.cluster is not None and self.cluster.replicas[0] != self.hardware:
+            raise ValueError("a cluster's first replica must be the experiment's hardware")
+
+    @property
+    def replica_hardware(self) -> tuple[HardwareConfig, ...]:
+        """The hardware of each replica: `hardware` alone without a cluster."""
+        return self.cluster.replicas if self.cluster else (self.hardware,)
 
     @property
     def reference_policy(self) -> str:
@@ -136,6 +147,7 @@ class GoodputExperiment:
             dict(self.policy_options.get(policy, {})),
             self.tbt_reading,
             calibration,
+            self.cluster,
         )
 
     @property
@@ -292,9 +304,7 @@ class _Searches:
 def _plan_searches(experiment: GoodputExperiment, calibration: Calibration | None) -> _Searches:
     """Each search starts at half the capacity bound of its workload."""
     bounds = {
-        name: capacity_bound(
-            experiment.workload_config(name), experiment.hardware, experiment.limits
-        )
+        name: _cluster_bound(experiment, name, capacity_bound, ("rate",))
         for name in experiment.workloads
     }
     keys = [
@@ -328,9 +338,7 @@ def run_experiment(
         curve_tasks = _curve_tasks(experiment, rows, calibration)
         curve = _map(pool, _run_curve_point, curve_tasks, progress)
     slo_bounds = {
-        name: slo_aware_bound(
-            experiment.workload_config(name), experiment.hardware, experiment.limits
-        )
+        name: _cluster_bound(experiment, name, slo_aware_bound, ("rate", "capacity"))
         for name in experiment.workloads
     }
     return ExperimentResult(
@@ -364,9 +372,31 @@ def run_searches(
 def _memory_bounds(experiment: GoodputExperiment) -> dict[str, MemoryBound]:
     """The memory-aware bound of every workload (a fraction of a second each)."""
     return {
-        name: memory_bound(experiment.workload_config(name), experiment.hardware, experiment.limits)
+        name: _cluster_bound(experiment, name, memory_bound, ("rate", "compute", "kv"))
         for name in experiment.workloads
     }
+
+
+B = TypeVar("B", CapacityBound, SloAwareBound, MemoryBound)
+
+
+def _cluster_bound(
+    experiment: GoodputExperiment,
+    workload: str,
+    bound: Callable[[WorkloadConfig, HardwareConfig, EngineLimits], B],
+    rates: tuple[str, ...],
+) -> B:
+    """`bound` of `workload` on the experiment's hardware; on a cluster, the sum over its
+    replicas of each field in `rates` (req/s: a router that never misplaces a request),
+    the rest from the first replica's (each distinct replica computed once)."""
+    config = experiment.workload_config(workload)
+    hardware = experiment.replica_hardware
+    each = {h: bound(config, h, experiment.limits) for h in dict.fromkeys(hardware)}
+    first = each[hardware[0]]
+    if len(hardware) == 1:
+        return first
+    summed = {name: sum(getattr(each[h], name) for h in hardware) for name in rates}
+    return dataclasses.replace(first, **summed)
 
 
 def task_count(experiment: GoodputExperiment) -> int:
@@ -414,8 +444,8 @@ def _row(
 
 def _shared_calibration(experiment: GoodputExperiment) -> Calibration | None:
     """One calibration of the simulated GPU for every policy that needs one."""
-    if not any(needs_calibration(name) for name in experiment.policies):
-        return None
+    if experiment.cluster is None and not any(needs_calibration(p) for p in experiment.policies):
+        return None  # a cluster's router predicts with it whatever the policies need
     return calibrate(experiment.hardware, experiment.limits)
 
 

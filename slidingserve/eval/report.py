@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,8 @@ from slidingserve.sim.hardware import hardware_label
 from slidingserve.workloads import recorded_rate, sample_workload
 
 if TYPE_CHECKING:
-    from slidingserve.eval.experiment import ExperimentResult, GoodputRow
+    from slidingserve.eval.experiment import ExperimentResult, GoodputExperiment, GoodputRow
+    from slidingserve.sim.cluster import ClusterLayout
     from slidingserve.sim.hardware import HardwareConfig
     from slidingserve.sim.runner import SimulationResult
     from slidingserve.workloads import WorkloadConfig
@@ -159,8 +161,11 @@ def _bounds_cell(result: ExperimentResult, workload: str) -> str:
 def describe_setup(result: ExperimentResult) -> str:
     e = result.experiment
     tiers = f", tiers {'/'.join(e.tiers.names)}" if e.tiers else ""
+    hardware = f"{e.hardware.gpu} {e.hardware.model} TP{e.hardware.tp}"
+    if e.cluster is not None:
+        hardware = _replicas_text(e.cluster) + f" behind the {e.cluster.router} router"
     return (
-        f"{e.hardware.gpu} {e.hardware.model} TP{e.hardware.tp}, {e.slo_preset} SLOs "
+        f"{hardware}, {e.slo_preset} SLOs "
         f"(scale {e.slo_scale:g}){tiers}, {e.arrival.process} arrivals, {e.num_requests} requests "
         f"per trial, seeds {list(e.seeds)}, ≤ {e.search.threshold:.0%} violating, "
         f"precision {e.search.precision:.0%}, TBT violations read {e.tbt_reading.value}"
@@ -215,6 +220,8 @@ def simulation_table(results: Sequence[SimulationResult]) -> str:
     header += ["TTFT p50/p99 ms", "TBT p50/p99 ms", "TPOT p50 ms", "req/s", "tok/s"]
     cached = any(result.prefix_hit_rate is not None for result in results)
     header += ["prefix hits%"] if cached else []
+    clustered = any(result.cluster is not None for result in results)
+    header += ["router", "requests per replica", "refused"] if clustered else []
     rows = []
     for result in results:
         row = result.to_row()
@@ -243,7 +250,44 @@ def simulation_table(results: Sequence[SimulationResult]) -> str:
         if cached:
             hits = result.prefix_hit_rate
             rows[-1].append("off" if hits is None else _percent(hits))
+        if clustered:
+            rows[-1] += _cluster_cells(result)
     return format_table(header, rows)
+
+
+def cluster_note(cluster: ClusterLayout) -> str:
+    """One line: the replicas (each distinct hardware point with its count) and the router;
+    rates are the cluster's."""
+    return (
+        f"cluster: {_replicas_text(cluster)} behind the {cluster.router} router; rates and "
+        "goodputs are the cluster's (docs/cluster.md)"
+    )
+
+
+def _replicas_text(cluster: ClusterLayout) -> str:
+    counts = Counter(hardware_label(hardware) for hardware in cluster.replicas)
+    return " + ".join(f"{n} × {label}" for label, n in counts.items())
+
+
+def per_replica_lines(result: ExperimentResult, criterion: str) -> str:
+    """On a cluster: each policy's goodput ÷ the replicas, per workload (empty otherwise)."""
+    cluster = result.experiment.cluster
+    if cluster is None:
+        return ""
+    lines = [f"goodput per replica (÷ {cluster.size}), req/s:"]
+    for workload in result.experiment.workloads:
+        rows = [r for r in result.rows if r.workload == workload and r.criterion == criterion]
+        cells = ", ".join(f"{r.policy} {r.goodput_mean / cluster.size:.3f}" for r in rows)
+        lines.append(f"  {workload}: {cells}")
+    return "\n".join(lines)
+
+
+def _cluster_cells(result: SimulationResult) -> list[str]:
+    """Router, requests each replica was handed, requests the router refused."""
+    if result.cluster is None:
+        return ["-", "-", "-"]
+    row = result.cluster.row()
+    return [str(row["router"]), str(row["requests_per_replica"]), str(row["refused_by_router"])]
 
 
 def _percent(fraction: float) -> str:
@@ -276,11 +320,21 @@ def tier_table(results: Sequence[SimulationResult]) -> str:
     return format_table(header, rows)
 
 
+def _experiment_fields(experiment: GoodputExperiment) -> dict[str, Any]:
+    """The experiment's fields; `cluster` only where one ran (with its size)."""
+    fields = dataclasses.asdict(experiment)
+    if experiment.cluster is None:
+        del fields["cluster"]
+    else:
+        fields["cluster"]["size"] = experiment.cluster.size
+    return fields
+
+
 def experiment_payload(result: ExperimentResult) -> dict[str, Any]:
     return {
         "setup": describe_setup(result),
         "latency_model": list(result.experiment.hardware.provenance()),
-        "experiment": dataclasses.asdict(result.experiment),
+        "experiment": _experiment_fields(result.experiment),
         "capacity_bounds": {k: dataclasses.asdict(v) for k, v in result.bounds.items()},
         "slo_aware_bounds": {k: dataclasses.asdict(v) for k, v in result.slo_bounds.items()},
         "memory_aware_bounds": {

@@ -33,6 +33,9 @@ REPLICA_SEED_STRIDE = 1_000_003
 """Apart from replica 0, each replica's GPU noise is drawn from the run's seed plus this
 many times its index: independent of the others, the same on every run of that seed."""
 
+DEFAULT_ROUTER = "least-requests"
+"""The router a cluster gets when none is named: what load balancers commonly do."""
+
 REFUSED_BY_ROUTER = -1
 """The replica index `ClusterRun.placements` gives a request the router refused."""
 
@@ -58,6 +61,28 @@ class ClusterRun:
     @property
     def refused_by_router(self) -> int:
         return sum(1 for index in self.placements.values() if index == REFUSED_BY_ROUTER)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterFigures:
+    """What a cluster run adds to the metrics of its requests."""
+
+    router: str
+    requests_per_replica: tuple[int, ...]  # requests each replica was handed, by index
+    refused_by_router: int  # requests no replica was predicted to serve in time
+
+    @classmethod
+    def of(cls, layout: ClusterLayout, run: ClusterRun) -> ClusterFigures:
+        return cls(layout.router, tuple(run.requests_per_replica), run.refused_by_router)
+
+    def row(self) -> dict[str, object]:
+        """Flat fields for tables and CSV files."""
+        return {
+            "replicas": len(self.requests_per_replica),
+            "router": self.router,
+            "requests_per_replica": "/".join(map(str, self.requests_per_replica)),
+            "refused_by_router": self.refused_by_router,
+        }
 
 
 def run_cluster(
@@ -131,7 +156,7 @@ class ClusterLayout:
     """A cluster to simulate: the hardware of each replica and the router in front."""
 
     replicas: tuple[HardwareConfig, ...]  # one per replica, in index order
-    router: str = "least-requests"  # a key of slidingserve.routing.ROUTERS
+    router: str = DEFAULT_ROUTER  # a key of slidingserve.routing.ROUTERS
 
     def __post_init__(self) -> None:
         if not self.replicas:

@@ -22,7 +22,13 @@ from slidingserve.policies import PolicyContext, get_policy_class, make_policy
 from slidingserve.predictor.calibration import Calibration
 from slidingserve.routing import ReplicaModel, make_router
 from slidingserve.sim.calibration import calibrate
-from slidingserve.sim.cluster import ClusterLayout, ClusterRun, replica_seed, run_cluster
+from slidingserve.sim.cluster import (
+    ClusterFigures,
+    ClusterLayout,
+    ClusterRun,
+    replica_seed,
+    run_cluster,
+)
 from slidingserve.sim.engine import IterationTimer, SimulationRun, Simulator, SimulatorOptions
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig, load_model
 from slidingserve.workloads import WorkloadConfig, generate_requests
@@ -75,6 +81,7 @@ class SimulationResult:
     wall_seconds: float  # host time the simulation took
     prefix_hit_rate: float | None = None  # share of queried prompt tokens the prefix cache
     # held (vLLM's reading); None when the run had no prefix cache
+    cluster: ClusterFigures | None = None  # a cluster's placements; None: one engine
 
     @property
     def violations(self) -> ViolationRates:
@@ -110,6 +117,8 @@ class SimulationResult:
             row[f"violation_rate[{tier}]"] = self.tier_violations(tier).overall
         row.update(iterations=self.num_iterations, preemptions=self.num_preemptions)
         row["prefix_hit_rate"] = self.prefix_hit_rate
+        if self.cluster is not None:
+            row.update(self.cluster.row())
         row["wall_s"] = self.wall_seconds
         return row
 
@@ -254,8 +263,10 @@ def _simulate(spec: SimulationSpec, rate: float, seed: int, record: bool) -> Rec
         raise ValueError(f"rate must be at least {MIN_RATE} req/s and finite, got {rate}")
     started = time.perf_counter()
     requests = generate_requests(spec.workload, rate, seed, spec.max_model_len)
+    cluster = None
     if spec.cluster is not None:
-        run = simulate_cluster(spec, spec.cluster, requests, seed, record).merged
+        cluster_run = simulate_cluster(spec, spec.cluster, requests, seed, record)
+        run, cluster = cluster_run.merged, ClusterFigures.of(spec.cluster, cluster_run)
     else:
         policy = make_policy(spec.policy, policy_context(spec), spec.policy_options)
         gpu = GroundTruthLatency(spec.hardware, seed)
@@ -273,5 +284,6 @@ def _simulate(spec: SimulationSpec, rate: float, seed: int, record: bool) -> Rec
         num_preemptions=run.num_preemptions,
         wall_seconds=time.perf_counter() - started,
         prefix_hit_rate=run.prefix_cache.hit_rate if run.prefix_cache is not None else None,
+        cluster=cluster,
     )
     return RecordedRun(result, run)
