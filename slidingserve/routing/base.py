@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from slidingserve.core.batch import BatchShape
-from slidingserve.predictor import batch_features
+from slidingserve.predictor import PrefillQueueProfile, batch_features, time_to_budget
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -34,6 +34,20 @@ class ReplicaModel:
         shape = BatchShape(tuple(decode_contexts), ((chunk, 0),))
         seconds = self.predictor.predict_features(*batch_features(shape))
         return chunk / seconds if seconds > 0 else float("inf")
+
+    def paced_prefill_rate(self, decode_contexts: Sequence[int], seconds: float) -> float:
+        """Prefill tokens a second in iterations of at most `seconds` beside
+        `decode_contexts`: what the replica gives a queue while its decodes keep a TBT of
+        `seconds` (the most prefill tokens predicted to fit, ÷ `seconds`); 0 when the
+        decodes alone take longer. Without decodes, `prefill_rate`."""
+        if not decode_contexts:
+            return self.prefill_rate(decode_contexts)
+        cap = self.max_tokens - len(decode_contexts)
+        if cap <= 0:
+            return 0.0
+        profile = PrefillQueueProfile(decode_contexts, [(cap, 0)])
+        budget = time_to_budget(self.predictor, profile, seconds, self.max_tokens)
+        return budget.prefill_tokens / seconds if budget.fits else 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,23 +61,33 @@ class SloAware(Router):
     """The replica where the request's first token is predicted to leave the most slack:
     its prompt, less what the replica's prefix cache holds, prefilled after the queued
     prompts whose deadlines come first (the order of a deadline-first scheduler) at the
-    replica's prefill rate. Refuses the request only when no replica is predicted to make
-    its first-token deadline; the prediction assumes full batches, so it is optimistic and
-    a refused request could not have been served in time anywhere."""
+    rate the replica gives prefill while keeping its decodes within the request's TBT
+    (`ReplicaModel.paced_prefill_rate`: many or long decodes leave little room).
+
+    It refuses the request only when no replica could make its first-token deadline even
+    in full batches that ignore the decodes' pace (`ReplicaModel.prefill_rate`): an
+    optimistic test, so a refused request could not have been served in time anywhere."""
 
     name = "slo-aware"
 
     def route(self, request: Request, loads: Sequence[ReplicaLoad]) -> int | None:
-        slacks = [self.slack(i, request, load) for i, load in enumerate(loads)]
-        best = max(range(len(loads)), key=lambda i: slacks[i])
-        return best if slacks[best] >= 0 else None
+        paced = [self.slack(i, request, load) for i, load in enumerate(loads)]
+        best_case = [self.slack(i, request, load, paced=False) for i, load in enumerate(loads)]
+        if max(best_case) < 0:
+            return None
+        return max(range(len(loads)), key=lambda i: (paced[i], best_case[i]))
 
-    def slack(self, index: int, request: Request, load: ReplicaLoad) -> float:
-        """Seconds from the predicted first token on replica `index` to its deadline."""
-        deadline = request.next_deadline
-        rate = self.replicas[index].prefill_rate(load.decode_contexts)
+    def slack(self, index: int, request: Request, load: ReplicaLoad, paced: bool = True) -> float:
+        """Seconds from the predicted first token on replica `index` to its deadline, at
+        the paced rate (or, `paced` False, at the full-batch rate); −inf at a rate of 0."""
+        replica = self.replicas[index]
+        if paced:
+            rate = replica.paced_prefill_rate(load.decode_contexts, request.slo.tbt)
+        else:
+            rate = replica.prefill_rate(load.decode_contexts)
         if rate <= 0:
             return -float("inf")
+        deadline = request.next_deadline
         ahead = sum(entry.tokens for entry in load.prefills if entry.deadline <= deadline)
         own = max(1, request.prefill_target - load.prefix_hit)
         return deadline - (load.now + (ahead + own) / rate)

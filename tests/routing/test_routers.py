@@ -113,3 +113,28 @@ def test_routers_are_chosen_by_name() -> None:
         make_router("nearest", (FAST,))
     with pytest.raises(ValueError, match="at least one replica"):
         RoundRobin(())
+
+
+def test_the_paced_rate_keeps_the_decodes_within_the_tbt() -> None:
+    # 400 decodes: 0.001 + 1e-4 (400 + c) ≤ 0.05 s leaves c = 90 tokens, 1,800 tok/s
+    assert FAST.paced_prefill_rate((10,) * 400, 0.05) == pytest.approx(90 / 0.05)
+    assert FAST.paced_prefill_rate((), 0.05) == FAST.prefill_rate(())
+    assert FAST.paced_prefill_rate((10,) * 600, 0.05) == 0.0  # decodes alone take 0.061 s
+
+
+def test_slo_aware_avoids_a_replica_whose_decodes_leave_little_room() -> None:
+    router = SloAware((FAST, FAST))
+    request = make_request(prompt=100, ttft=1.0, tbt=0.05)
+    busy_decoding = load(400, decodes=400)  # paced: 100 tokens at 1,800 tok/s, slack 0.944
+    queued = load(3, ((0.5, 300),))  # 400 tokens at 9,901 tok/s, slack 0.960
+    assert router.route(request, [busy_decoding, queued]) == 1
+    # in full batches the decoding replica would look better (slack 0.983)
+    assert router.slack(0, request, busy_decoding, paced=False) == pytest.approx(
+        1.0 - 100 / (600 / 0.101)
+    )
+
+
+def test_slo_aware_places_a_request_no_replica_can_pace_if_one_could_in_full_batches() -> None:
+    router = SloAware((FAST,))
+    request = make_request(prompt=100, ttft=1.0, tbt=0.05)
+    assert router.route(request, [load(600, decodes=600)]) == 0
