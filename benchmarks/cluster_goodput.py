@@ -6,7 +6,7 @@
                                          [--burstiness 2] [--seeds 3]
                                          [--requests-per-replica 600]
                                          [--replicas a100:llama-3-8b:1,a40:llama-3-8b:2]
-                                         [--jobs 2] [--json FILE]
+                                         [--jobs 2] [--ray ADDRESS] [--json FILE]
 
 For each cluster size N it searches the cluster's goodput (requests per second for the
 cluster, at most 1% violating, strict SLOs) of every policy in the replicas behind every
@@ -50,7 +50,7 @@ def main() -> None:
         for layout in layouts
     ]
     started = time.perf_counter()
-    results = run_searches(experiments, args.jobs)
+    results = run_searches(experiments, args.jobs, ray=args.ray)
     minutes = (time.perf_counter() - started) / 60
     alone = results[0]
     print(f"{args.workload}, {describe(arrival)}, strict SLOs, seeds 0..{args.seeds - 1}")
@@ -184,6 +184,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--replicas", help="one mixed cluster: GPU:MODEL:TP,... (not --sizes)")
     parser.add_argument("--precision", type=float, default=0.02)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--ray", metavar="ADDRESS", help="run as Ray tasks (auto, HOST:PORT, local)"
+    )
     parser.add_argument("--json", help="write every search's per-seed goodputs here")
     return parser.parse_args()
 

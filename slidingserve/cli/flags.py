@@ -162,6 +162,22 @@ def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_ray_flag(parser: argparse.ArgumentParser) -> None:
+    """--ray: the simulations as tasks on a Ray cluster (docs/cluster.md §5)."""
+    parser.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run the simulations as Ray tasks: auto (the cluster this machine joined), "
+        "HOST:PORT or ray://HOST:PORT, or local (a private instance for this run); the same "
+        "results as local processes; needs the cluster extra (setup.sh --cluster)",
+    )
+
+
+def workers_text(workers: int, ray: str | None) -> str:
+    """Where the simulations run, for a command's first line."""
+    return f"as tasks on Ray ({ray})" if ray else f"on {workers} worker(s)"
+
+
 def add_hardware_flag(parser: Any, each: str) -> None:
     """`--hardware GPU:MODEL:TP`, repeatable; `each` says what the command does per point."""
     parser.add_argument(

@@ -16,10 +16,12 @@ from slidingserve.cli import settings as cfg
 from slidingserve.cli.flags import (
     add_cluster_flags,
     add_hardware_flag,
+    add_ray_flag,
     add_search_flags,
     add_setup_flags,
     comma_list,
     refuse_both,
+    workers_text,
 )
 from slidingserve.eval.experiment import (
     ExperimentResult,
@@ -99,6 +101,7 @@ def add_parser(commands: Any) -> None:
 def _add_output_flags(parser: argparse.ArgumentParser) -> None:
     """--jobs, --out-dir and --no-progress."""
     parser.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
+    add_ray_flag(parser)
     parser.add_argument(
         "--out-dir",
         type=Path,
@@ -117,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     experiment = cfg.experiment_from(settings)
     if points:
         return _run_points(experiment, points, args)
-    _report(_search(experiment, args.no_progress), args.out_dir)
+    _report(_search(experiment, args), args.out_dir)
     return 0
 
 
@@ -159,7 +162,7 @@ def _run_points(
         # at, a missing model config file): say so, and run the others.
         try:
             experiment = dataclasses.replace(base, hardware=point.config(base.hardware))
-            result = _search(experiment, args.no_progress)
+            result = _search(experiment, args)
         except (ValueError, OSError) as error:
             print(f"slidingserve goodput: error: {label}: {error}", file=sys.stderr)
             failed.append(label)
@@ -178,16 +181,16 @@ def _run_points(
     return 0
 
 
-def _search(experiment: GoodputExperiment, no_progress: bool) -> ExperimentResult:
+def _search(experiment: GoodputExperiment, args: argparse.Namespace) -> ExperimentResult:
     print(
         f"Searching goodput: {len(experiment.policies)} policies × "
         f"{len(experiment.workloads)} workloads × {len(experiment.seeds)} seeds "
-        f"on {experiment.worker_count} worker(s)"
+        f"{workers_text(experiment.worker_count, args.ray)}"
     )
     with tqdm(
-        total=task_count(experiment), desc="simulations", unit="task", disable=no_progress
+        total=task_count(experiment), desc="simulations", unit="task", disable=args.no_progress
     ) as bar:
-        return run_experiment(experiment, bar.update)
+        return run_experiment(experiment, bar.update, args.ray)
 
 
 def _report(result: ExperimentResult, out: Path) -> None:

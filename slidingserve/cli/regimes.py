@@ -13,10 +13,12 @@ from tqdm import tqdm
 from slidingserve.cli import settings as cfg
 from slidingserve.cli.flags import (
     add_hardware_flag,
+    add_ray_flag,
     add_search_flags,
     add_setup_flags,
     comma_list,
     refuse_both,
+    workers_text,
 )
 from slidingserve.eval.experiment import GoodputExperiment
 from slidingserve.eval.regime_report import (
@@ -77,6 +79,7 @@ def add_parser(commands: Any) -> None:
     add_hardware_flag(parser, "one map per point")
     add_search_flags(parser, len(REGIMES.setup.seeds), REGIMES.setup.search)
     parser.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
+    add_ray_flag(parser)
     parser.add_argument("--out-dir", type=Path, default=cfg.REGIMES_OUT_DIR)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_setup_flags(parser)
@@ -139,12 +142,12 @@ def run(args: argparse.Namespace) -> int:
         f"{len(regimes.hardware)} hardware × {len(setup.workloads)} workloads × "
         f"{len(regimes.arrivals)} arrivals ({', '.join(map(arrival_label, regimes.arrivals))}) "
         f"× {len(regimes.slo_scales)} SLO scales × {len(setup.seeds)} seeds: "
-        f"{regimes.search_count} goodput searches on {setup.worker_count} worker(s)"
+        f"{regimes.search_count} goodput searches {workers_text(setup.worker_count, args.ray)}"
     )
     with tqdm(
         total=regimes.search_count, desc="searches", unit="search", disable=args.no_progress
     ) as bar:
-        result = run_regimes(regimes, bar.update)
+        result = run_regimes(regimes, bar.update, args.ray)
     print(f"\n{describe_regimes(result)}")
     for point in regimes.hardware_labels:
         print(f"\n{point}")

@@ -13,8 +13,7 @@ import itertools
 import math
 import os
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -24,6 +23,7 @@ from slidingserve.eval.capacity import CapacityBound, capacity_bound
 from slidingserve.eval.criteria import OVERALL, known_criteria, violation_for
 from slidingserve.eval.goodput import GoodputEstimate, SearchSettings, search_goodput
 from slidingserve.eval.memory_bound import MemoryBound, memory_bound
+from slidingserve.eval.pool import Progress, map_tasks, task_pool
 from slidingserve.eval.slo_bound import SloAwareBound, slo_aware_bound
 from slidingserve.metrics import TbtReading
 from slidingserve.policies import get_policy_class
@@ -42,8 +42,6 @@ from slidingserve.workloads.prefixes import Conversations, SystemPrompt
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-Progress = Callable[[int], None]  # called with the number of tasks just finished
 
 
 @dataclass(frozen=True)
@@ -327,16 +325,17 @@ def _plan_searches(experiment: GoodputExperiment, calibration: Calibration | Non
 
 
 def run_experiment(
-    experiment: GoodputExperiment, progress: Progress | None = None
+    experiment: GoodputExperiment, progress: Progress | None = None, ray: str | None = None
 ) -> ExperimentResult:
-    """Run every search, then the curves; `progress` hears of each finished task. The
-    result carries the bounds of every workload: capacity, SLO-aware and memory-aware."""
+    """Run every search, then the curves, in the experiment's worker processes or as tasks
+    on the Ray cluster at `ray` (`eval/pool.py`); `progress` hears of each finished task.
+    The result carries the bounds of every workload: capacity, SLO-aware and memory-aware."""
     calibration = _shared_calibration(experiment)
     searches = _plan_searches(experiment, calibration)
-    with _executor(experiment.worker_count) as pool:
-        rows = searches.rows(_map(pool, _run_search, searches.tasks, progress))
+    with task_pool(experiment.worker_count, ray) as pool:
+        rows = searches.rows(map_tasks(pool, _run_search, searches.tasks, progress))
         curve_tasks = _curve_tasks(experiment, rows, calibration)
-        curve = _map(pool, _run_curve_point, curve_tasks, progress)
+        curve = map_tasks(pool, _run_curve_point, curve_tasks, progress)
     slo_bounds = {
         name: _cluster_bound(experiment, name, slo_aware_bound, ("rate", "capacity"))
         for name in experiment.workloads
@@ -347,16 +346,19 @@ def run_experiment(
 
 
 def run_searches(
-    experiments: Sequence[GoodputExperiment], workers: int, progress: Progress | None = None
+    experiments: Sequence[GoodputExperiment],
+    workers: int,
+    progress: Progress | None = None,
+    ray: str | None = None,
 ) -> list[ExperimentResult]:
-    """The goodput searches of several experiments in one pool of `workers` processes, so
-    that no experiment waits for another's slowest search; no violation curves (their
-    `curve_points` are ignored). Results in the order of `experiments`; `progress` hears of
-    each finished search."""
+    """The goodput searches of several experiments in one pool of `workers` processes (or on
+    the Ray cluster at `ray`), so that no experiment waits for another's slowest search; no
+    violation curves (their `curve_points` are ignored). Results in the order of
+    `experiments`; `progress` hears of each finished search."""
     plans = [_plan_searches(e, _shared_calibration(e)) for e in experiments]
-    with _executor(workers) as pool:
+    with task_pool(workers, ray) as pool:
         tasks = [task for plan in plans for task in plan.tasks]
-        outcomes = iter(_map(pool, _run_search, tasks, progress))
+        outcomes = iter(map_tasks(pool, _run_search, tasks, progress))
     return [
         ExperimentResult(
             plan.experiment,
@@ -465,36 +467,3 @@ def _curve_tasks(
             spec = experiment.spec(policy, workload, calibration)
             tasks += [_CurveTask(spec, seed, rate) for seed in experiment.seeds for rate in rates]
     return tasks
-
-
-def _executor(workers: int) -> Executor:
-    return ProcessPoolExecutor(max_workers=workers) if workers > 1 else _InlineExecutor()
-
-
-def _map(
-    pool: Executor, function: Callable[[T], R], items: Iterable[T], progress: Progress | None
-) -> list[R]:
-    """`function` over `items` in the pool, results in input order, progress as they finish."""
-    futures = {pool.submit(function, item): index for index, item in enumerate(items)}
-    results: dict[int, R] = {}
-    try:
-        for future in as_completed(futures):
-            results[futures[future]] = future.result()
-            if progress is not None:
-                progress(1)
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)  # don't run the rest for nothing
-        raise
-    return [results[index] for index in range(len(futures))]
-
-
-class _InlineExecutor(Executor):
-    """Runs tasks in this process (one worker): simpler to debug and profile."""
-
-    def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Any:
-        future: Future[R] = Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as error:  # the caller sees it from future.result()
-            future.set_exception(error)
-        return future

@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from slidingserve.eval.experiment import ExperimentResult, GoodputExperiment, Progress, run_searches
+from slidingserve.eval.experiment import ExperimentResult, GoodputExperiment, run_searches
+from slidingserve.eval.pool import Progress
 from slidingserve.eval.ratios import RatioInterval, per_seed_ratios, ratio_interval
 from slidingserve.sim.hardware import HardwareConfig, hardware_label
 from slidingserve.workloads import ArrivalConfig, OverloadWindow
@@ -184,11 +185,14 @@ class RegimeResult:
         )
 
 
-def run_regimes(regimes: RegimeMap, progress: Progress | None = None) -> RegimeResult:
-    """Search every policy's goodput in every cell, all in one process pool; `progress`
-    hears of each finished search (`regimes.search_count` in all)."""
+def run_regimes(
+    regimes: RegimeMap, progress: Progress | None = None, ray: str | None = None
+) -> RegimeResult:
+    """Search every policy's goodput in every cell, all in one process pool (or as tasks on
+    the Ray cluster at `ray`); `progress` hears of each finished search
+    (`regimes.search_count` in all)."""
     experiments = regimes.experiments()
-    results = run_searches(list(experiments.values()), regimes.setup.worker_count, progress)
+    results = run_searches(list(experiments.values()), regimes.setup.worker_count, progress, ray)
     by_setting = dict(zip(experiments, results, strict=True))
     cells = [
         _cell(regimes, by_setting[point, arrival, scale], workload)
