@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     """Diagnose each policy's run; print the table and write the files."""
     if not args.policies:
         raise ValueError("--policies needs at least one policy name")
-    settings = cfg.settings_from(args)
+    settings = cfg.one_engine(cfg.settings_from(args), "diagnose")
     options = cfg.policy_options(settings, args.policies)
     given = (args.workload,) if args.workload else None
     workload = cfg.workload_names(settings, given)[0]

@@ -119,6 +119,11 @@ def run(args: argparse.Namespace) -> int:
     settings = cfg.override(cfg.settings_from(args), "goodput", **cfg.goodput_flags(args))
     experiment = cfg.experiment_from(settings)
     if points:
+        if experiment.cluster is not None:
+            raise ValueError(
+                "--hardware runs one engine per point; a cluster names its replicas' "
+                "hardware in --replicas (GPU:MODEL:TP,...)"
+            )
         return _run_points(experiment, points, args)
     _report(_search(experiment, args), args.out_dir)
     return 0

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         result = fit_batches(list(steps.batches), args.seed, features=args.features)
         model, hardware, source = steps.engine, "engine-steps", f"steps of {steps.engine}"
     else:
-        settings = cfg.settings_from(args)
+        settings = cfg.one_engine(cfg.settings_from(args), "predictor")
         config = cfg.hardware_config(settings)
         batches = time_batches(config, cfg.engine_limits(settings), args.samples, args.seed)
         result = fit_batches(batches, args.seed, features=args.features)

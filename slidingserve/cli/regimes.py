@@ -93,7 +93,7 @@ def regime_map_from(args: argparse.Namespace) -> RegimeMap:
     refuse_both(args, "--slo-scales", "slo_scales", ["slo_scale"])
     refuse_both(args, "--arrivals", "arrivals", ["arrival", "burstiness"])
     refuse_both(args, "--hardware", "hardware", ["gpu", "model", "tp"])
-    settings = cfg.settings_from(args)
+    settings = cfg.one_engine(cfg.settings_from(args), "regimes")
     candidate = args.candidate or REGIMES.candidate
     baselines = args.baselines or REGIMES.baselines
     goodput = {**cfg.goodput_flags(args), "policies": (candidate, *baselines), "curve_points": 0}

@@ -287,6 +287,17 @@ def cluster_layout(settings: Settings) -> ClusterLayout | None:
     return ClusterLayout(points, router)
 
 
+def one_engine(settings: Settings, command: str) -> Settings:
+    """`settings`, unchanged, for a command that runs one engine per hardware point;
+    ValueError if they name a cluster (read by simulate and goodput only)."""
+    if settings["cluster"]:
+        raise ValueError(
+            f"{command} runs one engine per hardware point; [cluster] is read by simulate "
+            "and goodput"
+        )
+    return settings
+
+
 def engine_limits(settings: Settings) -> EngineLimits:
     keys = ("max_num_batched_tokens", "max_num_seqs", "block_size", "prefix_caching")
     return EngineLimits(**_take(settings["engine"], "engine", keys))

@@ -86,6 +86,18 @@ class PrefixCachingKV(KVBlockManager):
         hit.blocks, hit.registrations, hit.target = blocks, self._registrations, target
         return blocks * self.block_size
 
+    def resident_prefix(self, request: Request) -> int:
+        """What `lookup` would find for a request this cache has not seen, without keeping
+        anything (a router asks every replica's cache about a request only one serves)."""
+        if not request.content or request.request_id in self._tables:
+            return 0
+        keys = block_keys(request.content, self.block_size)
+        most = min(len(keys), (request.prefill_target - 1) // self.block_size)
+        blocks, refs = 0, self._refs
+        while blocks < most and keys[blocks] in refs:
+            blocks += 1
+        return blocks * self.block_size
+
     def _shared_hit_blocks(self, request: Request) -> int:
         """Hit blocks of a request that has not started that running requests hold, as of
         its last `lookup` (0 if its computed tokens are not that hit); counted again only

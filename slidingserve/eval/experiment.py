@@ -28,6 +28,7 @@ from slidingserve.eval.slo_bound import SloAwareBound, slo_aware_bound
 from slidingserve.metrics import TbtReading
 from slidingserve.policies import get_policy_class
 from slidingserve.predictor.calibration import Calibration
+from slidingserve.routing import router_class
 from slidingserve.sim.calibration import calibrate
 from slidingserve.sim.cluster import ClusterLayout
 from slidingserve.sim.hardware import HardwareConfig
@@ -135,7 +136,11 @@ class GoodputExperiment:
         )
 
     def spec(
-        self, policy: str, workload: str, calibration: Calibration | None = None
+        self,
+        policy: str,
+        workload: str,
+        calibration: Calibration | None = None,
+        replica_calibrations: Mapping[HardwareConfig, Calibration] | None = None,
     ) -> SimulationSpec:
         return SimulationSpec(
             policy,
@@ -146,6 +151,7 @@ class GoodputExperiment:
             self.tbt_reading,
             calibration,
             self.cluster,
+            dict(replica_calibrations or {}),
         )
 
     @property
@@ -299,7 +305,7 @@ class _Searches:
         return _rows(self.experiment, self.bounds, estimates)
 
 
-def _plan_searches(experiment: GoodputExperiment, calibration: Calibration | None) -> _Searches:
+def _plan_searches(experiment: GoodputExperiment, calibration: SharedCalibration) -> _Searches:
     """Each search starts at half the capacity bound of its workload."""
     bounds = {
         name: _cluster_bound(experiment, name, capacity_bound, ("rate",))
@@ -313,7 +319,7 @@ def _plan_searches(experiment: GoodputExperiment, calibration: Calibration | Non
     ]
     tasks = [
         _SearchTask(
-            experiment.spec(p, w, calibration),
+            experiment.spec(p, w, *calibration),
             s,
             0.5 * bounds[w].rate,
             experiment.search,
@@ -444,15 +450,29 @@ def _row(
     )
 
 
-def _shared_calibration(experiment: GoodputExperiment) -> Calibration | None:
-    """One calibration of the simulated GPU for every policy that needs one."""
-    if experiment.cluster is None and not any(needs_calibration(p) for p in experiment.policies):
-        return None  # a cluster's router predicts with it whatever the policies need
-    return calibrate(experiment.hardware, experiment.limits)
+class SharedCalibration(NamedTuple):
+    """The calibrations every run of an experiment shares."""
+
+    first: Calibration | None  # of `hardware` (a cluster's first replica); None: none needs it
+    others: dict[HardwareConfig, Calibration]  # a cluster's other GPUs
+
+
+def _shared_calibration(experiment: GoodputExperiment) -> SharedCalibration:
+    """One calibration of each simulated GPU, for every policy and router that needs one."""
+    cluster = experiment.cluster
+    routed = cluster is not None and router_class(cluster.router).needs_models
+    if not routed and not any(needs_calibration(p) for p in experiment.policies):
+        return SharedCalibration(None, {})
+    others = {
+        hardware: calibrate(hardware, experiment.limits)
+        for hardware in dict.fromkeys(experiment.replica_hardware)
+        if hardware != experiment.hardware
+    }
+    return SharedCalibration(calibrate(experiment.hardware, experiment.limits), others)
 
 
 def _curve_tasks(
-    experiment: GoodputExperiment, rows: list[GoodputRow], calibration: Calibration | None
+    experiment: GoodputExperiment, rows: list[GoodputRow], calibration: SharedCalibration
 ) -> list[_CurveTask]:
     """A common grid per workload, from 0.225× to 1.5× the best goodput found (or up to half
     the capacity bound when no policy met the SLOs at any rate)."""
@@ -464,6 +484,6 @@ def _curve_tasks(
         top = 1.5 * best if best > 0 else 0.5 * mine[0].capacity_bound
         rates = [top * (0.15 + 0.85 * i / max(1, points - 1)) for i in range(points)]
         for policy in experiment.policies:
-            spec = experiment.spec(policy, workload, calibration)
+            spec = experiment.spec(policy, workload, *calibration)
             tasks += [_CurveTask(spec, seed, rate) for seed in experiment.seeds for rate in rates]
     return tasks

@@ -66,7 +66,9 @@ class RayExecutor(Executor):
     """Each task a Ray task on the cluster at `address` (one CPU each). It connects when
     built, ships this package to the workers (so a node needs only the dependencies:
     `pip install 'slidingserve[cluster]'`), and disconnects at shutdown if it connected.
-    Ray schedules the tasks over every node's CPUs."""
+    Ray schedules the tasks over every node's CPUs. When this process is connected to Ray
+    already (the caller ran `ray.init`), that connection is used as it is and `address`
+    is not read."""
 
     def __init__(self, address: str) -> None:
         self._ray = _import_ray()
@@ -80,7 +82,7 @@ class RayExecutor(Executor):
     def _connect(self, address: str) -> None:
         options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
         if address == LOCAL_RAY:
-            self._ray.init(**options)
+            self._ray.init(address="local", **options)  # never a cluster already running
             return
         modules = {"py_modules": [slidingserve]}
         try:

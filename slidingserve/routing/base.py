@@ -21,8 +21,14 @@ if TYPE_CHECKING:
 class ReplicaModel:
     """What a router knows of a replica before any request: how fast its GPU is."""
 
-    predictor: LatencyModel  # batch time, fitted on the replica's own GPU (as the policies')
+    predictor: LatencyModel | None  # batch time, fitted on the replica's own GPU (as the
+    # policies'); None where the router predicts nothing (`Router.needs_models` False)
     max_tokens: int  # tokens of its largest batch (the engine's max_num_batched_tokens)
+
+    def _predict(self, shape: BatchShape) -> float:
+        if self.predictor is None:
+            raise ValueError("this replica model has no predictor")
+        return self.predictor.predict_features(*batch_features(shape))
 
     def prefill_rate(self, decode_contexts: Sequence[int]) -> float:
         """Prefill tokens a second in full batches beside `decode_contexts` (one KV length
@@ -31,8 +37,7 @@ class ReplicaModel:
         chunk = self.max_tokens - len(decode_contexts)
         if chunk <= 0:
             return 0.0
-        shape = BatchShape(tuple(decode_contexts), ((chunk, 0),))
-        seconds = self.predictor.predict_features(*batch_features(shape))
+        seconds = self._predict(BatchShape(tuple(decode_contexts), ((chunk, 0),)))
         return chunk / seconds if seconds > 0 else float("inf")
 
     def paced_prefill_rate(self, decode_contexts: Sequence[int], seconds: float) -> float:
@@ -45,6 +50,8 @@ class ReplicaModel:
         cap = self.max_tokens - len(decode_contexts)
         if cap <= 0:
             return 0.0
+        if self.predictor is None:
+            raise ValueError("this replica model has no predictor")
         profile = PrefillQueueProfile(decode_contexts, [(cap, 0)])
         budget = time_to_budget(self.predictor, profile, seconds, self.max_tokens)
         return budget.prefill_tokens / seconds if budget.fits else 0.0
@@ -59,7 +66,9 @@ class ReplicaLoad:
     prefills: tuple[QueuedPrefill, ...]  # queued prefill work (deadline of each request's
     # next token, prompt tokens left), in no particular order
     decode_contexts: tuple[int, ...]  # KV tokens of each decoding request
-    prefix_hit: int  # tokens of the arriving request's prompt its prefix cache holds
+    decode_tbt: float | None  # the tightest TBT of those decodes, seconds; None without
+    prefix_hit: int  # tokens of the arriving request's prompt its prefix cache holds (0
+    # unless the router reads it, `Router.reads_prefixes`)
 
     @property
     def queued_tokens(self) -> int:
@@ -71,10 +80,14 @@ class Router(ABC):
     """Chooses the replica of each arriving request, in arrival order."""
 
     name: ClassVar[str]
+    needs_models: ClassVar[bool] = False  # predicts with each replica's predictor
+    reads_prefixes: ClassVar[bool] = False  # reads `ReplicaLoad.prefix_hit`
 
     def __init__(self, replicas: tuple[ReplicaModel, ...]) -> None:
         if not replicas:
             raise ValueError("a cluster needs at least one replica")
+        if self.needs_models and any(model.predictor is None for model in replicas):
+            raise ValueError(f"the {self.name} router needs each replica's predictor")
         self.replicas = replicas
 
     @abstractmethod
@@ -82,7 +95,3 @@ class Router(ABC):
         """Called once per request when it arrives, with one load per replica (in index
         order, read at that moment). Returns the index of the replica that serves it, or
         None to refuse it (it gets no token and counts as a violation)."""
-
-    def refuses(self) -> bool:
-        """Whether this router may refuse a request (the others always place it)."""
-        return False

@@ -44,6 +44,7 @@ class LeastWork(Router):
     so a replica with long prompts queued, many decodes or a slower GPU counts as busier."""
 
     name = "least-work"
+    needs_models = True
 
     def route(self, request: Request, loads: Sequence[ReplicaLoad]) -> int:
         return min(range(len(loads)), key=lambda i: self.work_seconds(i, loads[i]))
@@ -60,37 +61,46 @@ class LeastWork(Router):
 class SloAware(Router):
     """The replica where the request's first token is predicted to leave the most slack:
     its prompt, less what the replica's prefix cache holds, prefilled after the queued
-    prompts whose deadlines come first (the order of a deadline-first scheduler) at the
-    rate the replica gives prefill while keeping its decodes within the request's TBT
-    (`ReplicaModel.paced_prefill_rate`: many or long decodes leave little room).
+    prompts due first that can still make their deadlines (a deadline-first scheduler
+    serves those first and sets the late ones aside), at the rate the replica gives prefill
+    while its decodes keep their TBT (`ReplicaModel.paced_prefill_rate`, at the tightest of
+    the request's TBT and its decodes': many or long decodes leave little room).
 
-    It refuses the request only when no replica could make its first-token deadline even
-    in full batches that ignore the decodes' pace (`ReplicaModel.prefill_rate`): an
-    optimistic test, so a refused request could not have been served in time anywhere."""
+    It refuses the request only when on no replica its own prompt alone, run next in full
+    batches (`ReplicaModel.prefill_rate`), would make its first-token deadline: the test
+    of admission control, optimistic, so the router refuses only requests no replica could
+    serve in time, as far as the predictor can tell."""
 
     name = "slo-aware"
+    needs_models = True
+    reads_prefixes = True
 
     def route(self, request: Request, loads: Sequence[ReplicaLoad]) -> int | None:
-        paced = [self.slack(i, request, load) for i, load in enumerate(loads)]
-        best_case = [self.slack(i, request, load, paced=False) for i, load in enumerate(loads)]
-        if max(best_case) < 0:
+        if all(self.hopeless(i, request, load) for i, load in enumerate(loads)):
             return None
-        return max(range(len(loads)), key=lambda i: (paced[i], best_case[i]))
+        slacks = [self.slack(i, request, load) for i, load in enumerate(loads)]
+        return max(range(len(loads)), key=lambda i: slacks[i])
 
-    def slack(self, index: int, request: Request, load: ReplicaLoad, paced: bool = True) -> float:
-        """Seconds from the predicted first token on replica `index` to its deadline, at
-        the paced rate (or, `paced` False, at the full-batch rate); −inf at a rate of 0."""
+    def slack(self, index: int, request: Request, load: ReplicaLoad) -> float:
+        """Seconds from the predicted first token on replica `index` to its deadline; −inf
+        when its decodes leave prefill no room."""
         replica = self.replicas[index]
-        if paced:
-            rate = replica.paced_prefill_rate(load.decode_contexts, request.slo.tbt)
-        else:
-            rate = replica.prefill_rate(load.decode_contexts)
+        pace = request.slo.tbt if load.decode_tbt is None else min(request.slo.tbt, load.decode_tbt)
+        rate = replica.paced_prefill_rate(load.decode_contexts, pace)
         if rate <= 0:
             return -float("inf")
-        deadline = request.next_deadline
-        ahead = sum(entry.tokens for entry in load.prefills if entry.deadline <= deadline)
-        own = max(1, request.prefill_target - load.prefix_hit)
-        return deadline - (load.now + (ahead + own) / rate)
+        deadline, now = request.next_deadline, load.now
+        ahead = sum(e.tokens for e in load.prefills if now < e.deadline <= deadline)
+        return deadline - (now + (ahead + self._own_tokens(request, load)) / rate)
 
-    def refuses(self) -> bool:
-        return True
+    def hopeless(self, index: int, request: Request, load: ReplicaLoad) -> bool:
+        """Whether the request's own prompt, run next on replica `index` in full batches
+        beside its decodes, would still miss its first-token deadline."""
+        rate = self.replicas[index].prefill_rate(load.decode_contexts)
+        if rate <= 0:
+            return True
+        return load.now + self._own_tokens(request, load) / rate > request.next_deadline
+
+    @staticmethod
+    def _own_tokens(request: Request, load: ReplicaLoad) -> int:
+        return max(1, request.prefill_target - load.prefix_hit)

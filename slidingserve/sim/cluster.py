@@ -88,15 +88,19 @@ class ClusterFigures:
 def run_cluster(
     engines: Sequence[Simulator], router: Router, requests: Sequence[Request]
 ) -> ClusterRun:
-    """Serve `requests` (mutated in place) on one replica per engine, placed by `router`."""
+    """Serve `requests` (mutated in place) on one replica per engine, placed by `router`.
+    Every request must fit every replica's KV cache (ValueError naming the first that does
+    not, before anything runs), as on a single engine."""
     if len(engines) != len(router.replicas):
         raise ValueError(f"{len(engines)} engines but the router knows {len(router.replicas)}")
+    for engine in engines:
+        engine.check_fits(requests)
     replicas = [engine.replica((), expected=requests) for engine in engines]
     placements: dict[str, int] = {}
     for request in sorted(requests, key=lambda r: r.arrival):
         for replica in replicas:
             replica.advance(request.arrival)
-        loads = [replica_load(replica, request) for replica in replicas]
+        loads = [replica_load(replica, request, router.reads_prefixes) for replica in replicas]
         chosen = router.route(request, loads)
         if chosen is None:
             _refuse(request)
@@ -110,18 +114,23 @@ def run_cluster(
     return ClusterRun(_merged(requests, runs), runs, placements)
 
 
-def replica_load(replica: Replica, request: Request) -> ReplicaLoad:
-    """What the router reads of `replica` as `request` arrives."""
+def replica_load(replica: Replica, request: Request, read_prefix: bool = False) -> ReplicaLoad:
+    """What the router reads of `replica` as `request` arrives; `read_prefix`: also the
+    tokens of its prompt the replica's prefix cache holds (asked without keeping anything
+    in that cache)."""
     state = replica.state
     queued = [*state.pending, *state.waiting]
     queued += [r for r in state.running if r.phase is PREFILLING]
+    decodes = [r for r in state.running if r.phase is DECODING]
     kv = state.kv
+    hit = kv.resident_prefix(request) if read_prefix and isinstance(kv, PrefixCachingKV) else 0
     return ReplicaLoad(
         now=max(state.now, request.arrival),
         outstanding=len(state.pending) + len(state.waiting) + len(state.running),
         prefills=tuple(QueuedPrefill(r.next_deadline, r.remaining_prefill) for r in queued),
-        decode_contexts=tuple(r.num_computed for r in state.running if r.phase is DECODING),
-        prefix_hit=kv.lookup(request) if isinstance(kv, PrefixCachingKV) else 0,
+        decode_contexts=tuple(r.num_computed for r in decodes),
+        decode_tbt=min((r.slo.tbt for r in decodes), default=None),
+        prefix_hit=hit,
     )
 
 
@@ -144,7 +153,7 @@ def _merged(requests: Sequence[Request], runs: list[SimulationRun]) -> Simulatio
         sum(run.num_iterations for run in runs),
         sum(run.num_fast_forwarded for run in runs),
         sum(run.num_preemptions for run in runs),
-        [log for run in runs for log in run.iterations],
+        sorted((log for run in runs for log in run.iterations), key=lambda log: log.start),
         sum(run.blocks_in_use_at_end for run in runs),
         {key: trace for run in runs for key, trace in run.traces.items()},
         prefix,

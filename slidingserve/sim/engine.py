@@ -197,14 +197,14 @@ class Replica:
         self.counters = _Counters()
 
     def submit(self, request: Request) -> None:
-        """Hand the replica `request`, arriving no earlier than those it has."""
+        """Hand the replica `request`, arriving no earlier than those it has (and fitting
+        its KV cache: `Simulator.check_fits`)."""
         pending = self.state.all_requests
         if pending and request.arrival < pending[-1].arrival:
             raise ValueError(
                 f"request {request.request_id} arrives at {request.arrival} s, before the "
                 f"last one submitted ({pending[-1].arrival} s)"
             )
-        self.engine.check_fits([request])
         pending.append(request)
 
     def advance(self, horizon: float) -> None:

@@ -20,7 +20,7 @@ from slidingserve.metrics import (
 )
 from slidingserve.policies import PolicyContext, get_policy_class, make_policy
 from slidingserve.predictor.calibration import Calibration
-from slidingserve.routing import ReplicaModel, make_router
+from slidingserve.routing import ReplicaModel, make_router, router_class
 from slidingserve.sim.calibration import calibrate
 from slidingserve.sim.cluster import (
     ClusterFigures,
@@ -54,6 +54,8 @@ class SimulationSpec:
     calibration: Calibration | None = None  # shared by runs; None: calibrate if needed
     cluster: ClusterLayout | None = None  # many replicas behind a router; None: one engine
     # on `hardware` (with a cluster, `hardware` is its first replica's, `calibration` its)
+    replica_calibrations: Mapping[HardwareConfig, Calibration] = field(default_factory=dict)
+    # a cluster's other GPUs, calibrated once for every run; one missing is calibrated per run
 
     def __post_init__(self) -> None:
         get_policy_class(self.policy)  # unknown names fail here, before any run
@@ -185,9 +187,10 @@ def simulate_cluster(
     """Run `requests` (mutated in place) on `cluster`: on each replica its own `spec.policy`
     (with the calibration of its own GPU), its GPU's noise from `replica_seed`, its KV
     cache; `cluster.router` in front, told each replica's GPU through the same
-    calibration the policies get."""
+    calibration the policies get (those that predict)."""
     calibrations = _Calibrations(spec)
     options = SimulatorOptions(limits=spec.limits, record_iterations=record, trace_requests=record)
+    predicts = router_class(cluster.router).needs_models
     engines = []
     for index, hardware in enumerate(cluster.replicas):
         context = context_for(spec.policy, spec.limits, calibrations.for_hardware(hardware))
@@ -196,7 +199,10 @@ def simulate_cluster(
         blocks = gpu.kv_capacity_blocks(spec.limits.block_size)
         engines.append(Simulator(policy, gpu, blocks, options))
     models = tuple(
-        ReplicaModel(calibrations.of(h).predictor, spec.limits.max_num_batched_tokens)
+        ReplicaModel(
+            calibrations.of(h).predictor if predicts else None,
+            spec.limits.max_num_batched_tokens,
+        )
         for h in cluster.replicas
     )
     return run_cluster(engines, make_router(cluster.router, models), requests)
@@ -207,7 +213,7 @@ class _Calibrations:
 
     def __init__(self, spec: SimulationSpec) -> None:
         self.spec = spec
-        self._done: dict[HardwareConfig, Calibration] = {}
+        self._done: dict[HardwareConfig, Calibration] = dict(spec.replica_calibrations)
         if spec.calibration is not None:
             self._done[spec.hardware] = spec.calibration
 

@@ -183,6 +183,18 @@ def test_hits_are_those_of_a_scan_and_blocks_are_never_lost(
             if request.phase is Phase.WAITING:
                 hit = kv.lookup(request)
                 assert hit == scanned_hit(kv, request) < request.prefill_target
+                assert kv.resident_prefix(request) == hit
     for request in requests.values():
         kv.free(request)
     assert kv.num_free == size
+
+
+def test_a_resident_prefix_read_keeps_nothing() -> None:
+    """A router asks each replica's cache about a request only one of them serves."""
+    kv = PrefixCachingKV(40, 16)
+    first = with_content(make_request("a", prompt=150), (SYSTEM, 100), (OTHER, 50))
+    start(kv, first, 150)
+    asker = with_content(make_request("b", prompt=150), (SYSTEM, 100), (3, 50))
+    assert kv.resident_prefix(asker) == 96  # six full blocks of the system prompt
+    assert kv._hits.get("b") is None and "b" not in kv._keys
+    assert kv.lookup(asker) == 96

@@ -27,12 +27,14 @@ def load(
     decodes: int = 0,
     hit: int = 0,
     now: float = 0.0,
+    decode_tbt: float = 0.05,
 ) -> ReplicaLoad:
     return ReplicaLoad(
         now,
         outstanding,
         tuple(QueuedPrefill(d, t) for d, t in prefills),
         (500,) * decodes,
+        decode_tbt if decodes else None,
         hit,
     )
 
@@ -86,13 +88,23 @@ def test_slo_aware_prefers_the_replica_that_holds_the_prompt() -> None:
     assert router.route(request, [load(0), load(0, hit=1984)]) == 1
 
 
-def test_slo_aware_refuses_only_when_no_replica_can_make_the_deadline() -> None:
+def test_slo_aware_refuses_only_when_no_replica_could_serve_the_prompt_alone_in_time() -> None:
     router = SloAware((FAST, FAST))
-    request = make_request(prompt=100, ttft=0.5)
-    # 0.5 s is 4,950 tokens at 9,901 tok/s: 5,000 queued first misses, 4,000 makes it
-    assert router.route(request, [load(1, ((0.1, 5000),)), load(1, ((0.1, 4000),))]) == 1
-    assert router.route(request, [load(1, ((0.1, 5000),)), load(1, ((0.1, 6000),))]) is None
-    assert router.refuses() and not LeastRequests((FAST,)).refuses()
+    request = make_request(prompt=100, ttft=0.5)  # 100 tokens alone take 0.0101 s
+    # a long queue ahead everywhere lowers the slack but refuses nothing
+    assert router.route(request, [load(1, ((0.1, 9000),)), load(1, ((0.1, 6000),))]) == 1
+    # both replicas busy until 0.495 s: the prompt alone would end at 0.505 s
+    assert router.route(request, [load(now=0.495), load(now=0.495)]) is None
+    assert router.route(request, [load(now=0.495), load(now=0.485)]) == 1
+
+
+def test_slo_aware_does_not_count_prompts_already_late_as_ahead() -> None:
+    router = SloAware((FAST, FAST))
+    request = make_request(prompt=100, ttft=1.0)
+    late_giant = load(1, ((-0.1, 30_000),), now=0.0)  # its deadline has passed: set aside
+    due_first = load(1, ((0.5, 1000),))
+    assert router.route(request, [due_first, late_giant]) == 1
+    assert router.slack(1, request, late_giant) == pytest.approx(1.0 - 100 / (1000 / 0.101))
 
 
 def test_slo_aware_reads_each_replica_clock() -> None:
@@ -128,13 +140,27 @@ def test_slo_aware_avoids_a_replica_whose_decodes_leave_little_room() -> None:
     busy_decoding = load(400, decodes=400)  # paced: 100 tokens at 1,800 tok/s, slack 0.944
     queued = load(3, ((0.5, 300),))  # 400 tokens at 9,901 tok/s, slack 0.960
     assert router.route(request, [busy_decoding, queued]) == 1
-    # in full batches the decoding replica would look better (slack 0.983)
-    assert router.slack(0, request, busy_decoding, paced=False) == pytest.approx(
-        1.0 - 100 / (600 / 0.101)
-    )
+    assert router.slack(0, request, busy_decoding) == pytest.approx(1.0 - 100 / 1800)
+    # in full batches it would look better: 100 tokens at 600/0.101 tok/s, slack 0.983
+
+
+def test_slo_aware_paces_by_the_tightest_tbt_of_the_running_decodes() -> None:
+    router = SloAware((FAST,))
+    loose = make_request(prompt=100, ttft=1.0, tbt=0.5)
+    # 400 decodes keeping a 50 ms TBT leave 90 tokens a step: 1,800 tok/s, not the ~4,900
+    # tok/s a 0.5 s pace would allow
+    assert router.slack(0, loose, load(400, decodes=400)) == pytest.approx(1.0 - 100 / 1800)
 
 
 def test_slo_aware_places_a_request_no_replica_can_pace_if_one_could_in_full_batches() -> None:
     router = SloAware((FAST,))
     request = make_request(prompt=100, ttft=1.0, tbt=0.05)
+    assert router.slack(0, request, load(600, decodes=600)) == -float("inf")
     assert router.route(request, [load(600, decodes=600)]) == 0
+
+
+def test_a_router_that_predicts_needs_the_predictors() -> None:
+    blind = ReplicaModel(None, 1000)
+    assert LeastRequests((blind,)).route(make_request(), [load(0)]) == 0
+    with pytest.raises(ValueError, match="needs each replica's predictor"):
+        SloAware((blind,))

@@ -131,10 +131,12 @@ def test_a_replica_refuses_a_request_out_of_arrival_order() -> None:
         replica.submit(make_request("b", arrival=0.5))
 
 
-def test_a_request_too_large_for_a_replica_is_refused_with_its_size() -> None:
-    replica = engine("sarathi", kv_blocks=4).replica()
-    with pytest.raises(ValueError, match="needs 7 KV blocks"):
-        replica.submit(make_request("big", prompt=100))
+def test_a_request_too_large_for_any_replica_stops_the_run_before_it_starts() -> None:
+    requests = [make_request("small", prompt=20), make_request("big", arrival=1.0, prompt=100)]
+    engines = [engine("sarathi"), engine("sarathi", kv_blocks=4)]
+    with pytest.raises(ValueError, match="request big needs 7 KV blocks"):
+        run_cluster(engines, make_router("round-robin", (MODEL, MODEL)), requests)
+    assert not requests[0].token_times
 
 
 def test_the_layout_is_checked_before_any_run() -> None:
