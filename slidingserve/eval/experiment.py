@@ -396,7 +396,10 @@ def _cluster_bound(
 ) -> B:
     """`bound` of `workload` on the experiment's hardware; on a cluster, the sum over its
     replicas of each field in `rates` (req/s: a router that never misplaces a request),
-    the rest from the first replica's (each distinct replica computed once)."""
+    the rest from the first replica's (each distinct replica computed once). On a mixed
+    cluster each replica's bound is for the whole workload on its GPU: a router that sent
+    each GPU the requests it serves best could pass the sum, so it is a guide there, not a
+    bound."""
     config = experiment.workload_config(workload)
     hardware = experiment.replica_hardware
     each = {h: bound(config, h, experiment.limits) for h in dict.fromkeys(hardware)}

@@ -121,6 +121,10 @@ def test_goodput_on_a_cluster_reports_per_replica_and_sums_the_bounds(
             ["simulate", "--replicas", "a100:llama-3-8b:1,a100:llama-2-7b:1"],
             "every replica must serve the same model",
         ),
+        (
+            ["goodput", "--replicas", "2", "--hardware", "a40:llama-3-8b:1"],
+            "a cluster names its replicas' hardware in --replicas",
+        ),
     ],
 )
 def test_bad_cluster_input_gets_a_clear_error(
@@ -129,3 +133,14 @@ def test_bad_cluster_input_gets_a_clear_error(
     code, _, err = run(capsys, *argv)
     assert code == 2
     assert message in err
+
+
+@pytest.mark.parametrize("command", ["regimes", "diagnose", "predictor"])
+def test_one_engine_commands_refuse_a_cluster_table(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[cluster]\nreplicas = 2\n")
+    code, _, err = run(capsys, command, "--config", str(path))
+    assert code == 2
+    assert f"{command} runs one engine per hardware point" in err
