@@ -6,6 +6,7 @@
                                          [--burstiness 2] [--seeds 3]
                                          [--requests-per-replica 600]
                                          [--replicas a100:llama-3-8b:1,a40:llama-3-8b:2]
+                                         [--conversations TURNS]
                                          [--jobs 2] [--ray ADDRESS] [--json FILE]
 
 For each cluster size N it searches the cluster's goodput (requests per second for the
@@ -13,7 +14,10 @@ cluster, at most 1% violating, strict SLOs) of every policy in the replicas behi
 router, with N × `--requests-per-replica` requests per trial so that every replica sees a
 trial as long as a single engine's. One engine alone (N = 1, no router) runs on the same
 seeds for scale. `--replicas` replaces the sizes with one mixed cluster, one replica per
-hardware point (the same model on each). All searches share one process pool.
+hardware point (the same model on each). `--conversations TURNS` makes the requests
+multi-turn conversations (each turn repeats the conversation so far: the prefix cache and a
+router that reads it matter), 16 under way at once per replica. All searches share one
+process pool (or Ray, `--ray`).
 
 Prints, per size: the cluster goodput (mean ± std over seeds) and the goodput per replica
 of each router × policy; the SLO-aware router ÷ least-requests on each seed with a 95%
@@ -35,6 +39,7 @@ from slidingserve.routing import ROUTERS
 from slidingserve.sim.cluster import ClusterLayout
 from slidingserve.sim.hardware import HardwareConfig, parse_hardware
 from slidingserve.workloads import ArrivalConfig
+from slidingserve.workloads.prefixes import CONCURRENT_CONVERSATIONS, Conversations
 
 REFERENCE_ROUTER = "least-requests"
 CANDIDATE_ROUTER = "slo-aware"
@@ -53,7 +58,8 @@ def main() -> None:
     results = run_searches(experiments, args.jobs, ray=args.ray)
     minutes = (time.perf_counter() - started) / 60
     alone = results[0]
-    print(f"{args.workload}, {describe(arrival)}, strict SLOs, seeds 0..{args.seeds - 1}")
+    turns = f", conversations of {args.conversations} turns" if args.conversations else ""
+    print(f"{args.workload}{turns}, {describe(arrival)}, strict SLOs, seeds 0..{args.seeds - 1}")
     print_single(alone)
     by_size: dict[str, list[ExperimentResult]] = {}
     for result in results[1:]:
@@ -81,6 +87,10 @@ def cluster_layouts(args: argparse.Namespace) -> list[ClusterLayout]:
 def experiment(
     args: argparse.Namespace, arrival: ArrivalConfig, cluster: ClusterLayout | None, requests: int
 ) -> GoodputExperiment:
+    size = cluster.size if cluster else 1
+    conversations = None
+    if args.conversations:
+        conversations = Conversations(args.conversations, CONCURRENT_CONVERSATIONS * size)
     return GoodputExperiment(
         policies=tuple(args.policies.split(",")),
         workloads=(args.workload,),
@@ -91,6 +101,7 @@ def experiment(
         curve_points=0,
         search=SearchSettings(precision=args.precision),
         cluster=cluster,
+        conversations=conversations,
     )
 
 
@@ -182,6 +193,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--requests-per-replica", type=int, default=600)
     parser.add_argument("--replicas", help="one mixed cluster: GPU:MODEL:TP,... (not --sizes)")
+    parser.add_argument("--conversations", type=int, metavar="TURNS", help="multi-turn")
     parser.add_argument("--precision", type=float, default=0.02)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument(
