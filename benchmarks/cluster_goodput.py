@@ -20,9 +20,9 @@ router that reads it matter), 16 under way at once per replica. All searches sha
 process pool (or Ray, `--ray`).
 
 Prints, per size: the cluster goodput (mean ± std over seeds) and the goodput per replica
-of each router × policy; the SLO-aware router ÷ least-requests on each seed with a 95%
-interval (`*` where it excludes 1); and per replica ÷ one engine alone on the same seed
-(the scaling). The wall time at the end.
+of each router × policy; the SLO-aware router ÷ each other router (least-requests first)
+on each seed with a 95% interval (`*` where it excludes 1); and per replica ÷ one engine
+alone on the same seed (the scaling). The wall time at the end.
 """
 
 from __future__ import annotations
@@ -147,16 +147,21 @@ def print_size(
         ]
         print(f"  {router:<16}" + "".join(f"{cell:>30}" for cell in cells))
     singles = {row.policy: row for row in alone.rows}
+    routers = [r.experiment.cluster.router for r in group if r.experiment.cluster]
     for policy in policies:
-        if (CANDIDATE_ROUTER, policy) in rows and (REFERENCE_ROUTER, policy) in rows:
-            ratio = ratio_interval(
-                per_seed_ratios(
-                    rows[CANDIDATE_ROUTER, policy].per_seed,
-                    rows[REFERENCE_ROUTER, policy].per_seed,
-                ),
-                resolution=precision,
-            )
-            print(f"  {policy}: {CANDIDATE_ROUTER} ÷ {REFERENCE_ROUTER} {ratio.format()}")
+        if (CANDIDATE_ROUTER, policy) in rows:
+            others = [router for router in routers if router != CANDIDATE_ROUTER]
+            cells = [
+                f"÷ {other} "
+                + ratio_interval(
+                    per_seed_ratios(
+                        rows[CANDIDATE_ROUTER, policy].per_seed, rows[other, policy].per_seed
+                    ),
+                    resolution=precision,
+                ).format()
+                for other in sorted(others, key=lambda name: name != REFERENCE_ROUTER)
+            ]
+            print(f"  {policy}: {CANDIDATE_ROUTER} " + "; ".join(cells))
         for result in group:
             router = result.experiment.cluster.router if result.experiment.cluster else ""
             per_replica = [g / size for g in rows[router, policy].per_seed]
