@@ -41,13 +41,19 @@ class LeastRequests(Router):
 class LeastWork(Router):
     """The replica with the least predicted prefill work queued: its queued prompt tokens
     over the prefill rate its GPU gives beside its decodes (`ReplicaModel.prefill_rate`),
-    so a replica with long prompts queued, many decodes or a slower GPU counts as busier."""
+    so a replica with long prompts queued, many decodes or a slower GPU counts as busier;
+    between replicas with equal work, the one holding the fewest requests."""
 
     name = "least-work"
     needs_models = True
 
     def route(self, request: Request, loads: Sequence[ReplicaLoad]) -> int:
-        return min(range(len(loads)), key=lambda i: self.work_seconds(i, loads[i]))
+        # Equal work (most often none queued anywhere) goes to the fewest requests, not
+        # to the lowest index: that would pile every decode on replica 0 at light load.
+        return min(
+            range(len(loads)),
+            key=lambda i: (self.work_seconds(i, loads[i]), loads[i].outstanding),
+        )
 
     def work_seconds(self, index: int, load: ReplicaLoad) -> float:
         """Predicted seconds to prefill what replica `index` has queued."""

@@ -65,6 +65,12 @@ def test_least_work_counts_tokens_not_requests() -> None:
     assert router.route(make_request(), [one_long, many_short]) == 1
 
 
+def test_least_work_sends_equal_work_to_the_fewest_requests() -> None:
+    router = LeastWork((FAST, FAST, FAST))
+    # nothing queued anywhere: the replica decoding the fewest requests
+    assert router.route(make_request(), [load(5, decodes=5), load(2, decodes=2), load(3)]) == 1
+
+
 def test_least_work_counts_a_slower_gpu_as_busier() -> None:
     router = LeastWork((SLOW, FAST))
     # 1,000 tokens at 1000/0.201 tok/s (0.201 s) against 1,500 at 1000/0.101 (0.1515 s)
