@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 
 from slidingserve.core import (
     SLO,
@@ -266,3 +267,12 @@ def run_metrics(violation: float, goodput: float = 5.0) -> RunMetrics:
         goodput_per_gap=goodput,
         goodput_vllm=goodput,
     )
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """`slidingserve ARGV...` in this process: its exit status, stdout and stderr."""
+    from slidingserve.cli import main  # the command line: only the tests that run it
+
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

@@ -7,17 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from factories import run_cli as run
 
-from slidingserve.cli import main
 from slidingserve.cli import settings as cfg
 from slidingserve.sim.cluster import DEFAULT_ROUTER
 from slidingserve.sim.hardware import HardwareConfig
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_a_count_of_replicas_copies_the_hardware_table() -> None:

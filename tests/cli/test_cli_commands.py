@@ -7,14 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from factories import run_cli as run
 
 from slidingserve.cli import main
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_simulate_prints_a_row_per_policy_and_rate(
