@@ -25,10 +25,10 @@ class ReplicaModel:
     # policies'); None where the router predicts nothing (`Router.needs_models` False)
     max_tokens: int  # tokens of its largest batch (the engine's max_num_batched_tokens)
 
-    def _predict(self, shape: BatchShape) -> float:
+    def _model(self) -> LatencyModel:
         if self.predictor is None:
             raise ValueError("this replica model has no predictor")
-        return self.predictor.predict_features(*batch_features(shape))
+        return self.predictor
 
     def prefill_rate(self, decode_contexts: Sequence[int]) -> float:
         """Prefill tokens a second in full batches beside `decode_contexts` (one KV length
@@ -37,7 +37,8 @@ class ReplicaModel:
         chunk = self.max_tokens - len(decode_contexts)
         if chunk <= 0:
             return 0.0
-        seconds = self._predict(BatchShape(tuple(decode_contexts), ((chunk, 0),)))
+        shape = BatchShape(tuple(decode_contexts), ((chunk, 0),))
+        seconds = self._model().predict_features(*batch_features(shape))
         return chunk / seconds if seconds > 0 else float("inf")
 
     def paced_prefill_rate(self, decode_contexts: Sequence[int], seconds: float) -> float:
@@ -50,10 +51,8 @@ class ReplicaModel:
         cap = self.max_tokens - len(decode_contexts)
         if cap <= 0:
             return 0.0
-        if self.predictor is None:
-            raise ValueError("this replica model has no predictor")
         profile = PrefillQueueProfile(decode_contexts, [(cap, 0)])
-        budget = time_to_budget(self.predictor, profile, seconds, self.max_tokens)
+        budget = time_to_budget(self._model(), profile, seconds, self.max_tokens)
         return budget.prefill_tokens / seconds if budget.fits else 0.0
 
 
