@@ -6,7 +6,12 @@ Times are seconds everywhere; token counts are ints.
 
 from __future__ import annotations
 
-from slidingserve.predictor.budget import Budget, predicted_time_at, time_to_budget
+from slidingserve.predictor.budget import (
+    Budget,
+    predicted_time_at,
+    queue_time_function,
+    time_to_budget,
+)
 from slidingserve.predictor.features import (
     DEFAULT_FEATURES,
     FEATURE_SETS,
@@ -84,6 +89,7 @@ __all__ = [
     "predicted_time_at",
     "predictor_from_dict",
     "predictor_to_dict",
+    "queue_time_function",
     "random_batch_shapes",
     "save_predictor",
     "scenario_of",

@@ -4,9 +4,12 @@ time limit."""
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from slidingserve.predictor.features import PrefillQueueProfile
     from slidingserve.predictor.model import LatencyModel
 
@@ -38,12 +41,28 @@ def predicted_time_at(model: LatencyModel, profile: PrefillQueueProfile, b: int)
     return model.predict_features(scenario, x)
 
 
+def queue_time_function(
+    model: LatencyModel, profile: PrefillQueueProfile
+) -> Callable[[int], float]:
+    """b ↦ `predicted_time_at(model, profile, b)` for 1 ≤ b ≤ the profile's capacity, the
+    same values: evaluated inline (`PrefillQueueProfile.linear_time`) when `model` tells its
+    linear model per scenario (a `linear_model(scenario)` method, as the project's
+    predictor has), else through `model.predict_features`."""
+    linear_model = getattr(model, "linear_model", None)
+    linear = linear_model(profile.scenario) if linear_model is not None else None
+    if linear is None:
+        return partial(predicted_time_at, model, profile)
+    time_at: Callable[[int], float] = profile.linear_time(linear.intercept, linear.weights)
+    return time_at
+
+
 def time_to_budget(
     model: LatencyModel,
     profile: PrefillQueueProfile,
     time_limit: float,
     max_tokens: int,
     base_time: float | None = None,
+    time_at: Callable[[int], float] | None = None,
 ) -> Budget:
     """The largest b ≤ min(capacity, max_tokens − |D|) whose batch is predicted ≤ `time_limit`.
 
@@ -53,13 +72,16 @@ def time_to_budget(
     bracketing it (`_next_probe`): the same b as a plain binary search, with a handful of
     predictions instead of log2(b_max). The decodes are always in the batch, even when
     |D| alone exceeds `max_tokens` (then b = 0). `base_time`: the prediction at b = 0, when
-    the caller has it.
+    the caller has it; `time_at`: b ↦ its prediction for b ≥ 1, when the caller has one
+    (else `queue_time_function`).
     """
     num_decodes = profile.num_decodes
     if base_time is None:
         base_time = predicted_time_at(model, profile, 0)
     if base_time > time_limit:
         return Budget(num_decodes, 0, base_time, False)
+    if time_at is None:
+        time_at = queue_time_function(model, profile)
     # Invariant: lo fits (b = 0 by the check above), hi does not (b_max + 1 by convention).
     lo, lo_time = 0, base_time
     hi = max(0, min(profile.capacity, max_tokens - num_decodes)) + 1
@@ -68,8 +90,7 @@ def time_to_budget(
     while hi - lo > 1:
         width = hi - lo
         mid = _next_probe(lo, hi, probes, time_limit, halved)
-        scenario, x = profile.features_at(mid)
-        mid_time = model.predict_features(scenario, x)
+        mid_time = time_at(mid)
         probes.append((mid, mid_time))
         if mid_time <= time_limit:
             lo, lo_time = mid, mid_time

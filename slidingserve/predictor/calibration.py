@@ -8,11 +8,12 @@ the one of its `features` (rich by default), `predictor_for("paper")` the paper'
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from slidingserve.core.batch import TimedBatch
+from slidingserve.predictor.calibration_wire import DecodedCache, Wire, make_wire
 from slidingserve.predictor.features import DEFAULT_FEATURES, FEATURE_SETS, Sample, feature_set
 from slidingserve.predictor.fit import FitResult, fit_predictor
 from slidingserve.predictor.model import BatchLatencyPredictor
@@ -48,6 +49,32 @@ class Calibration:
     def predictor_for(self, features: str) -> BatchLatencyPredictor:
         """The predictor of the feature set `features` ("paper" or "rich")."""
         return self.predictors[feature_set(features).name]
+
+    def __reduce__(self) -> tuple[Callable[[Wire], Calibration], tuple[Wire]]:
+        """Pickled as a `Wire` (`calibration_wire.py`), encoded once per calibration."""
+        wire = self.__dict__.get("_wire")
+        if wire is None:
+            wire = make_wire(self.batches, (dict(self.predictors), self.features))
+            object.__setattr__(self, "_wire", wire)
+        return (_calibration_from_wire, (wire,))
+
+
+_DECODED = DecodedCache()  # the calibrations this process unpickled
+
+
+def _calibration_from_wire(wire: Wire) -> Calibration:
+    """The calibration `wire` carries: the one this process decoded from the same
+    fingerprint before, else a new one."""
+
+    def build(batches: tuple[TimedBatch, ...]) -> Calibration:
+        predictors, features = wire.rest
+        calibration = Calibration(batches, predictors, features)  # type: ignore[arg-type]
+        object.__setattr__(calibration, "_wire", wire)  # sent on again without encoding
+        return calibration
+
+    found = _DECODED.get_or_build(wire, build)
+    assert isinstance(found, Calibration)
+    return found
 
 
 def fit_batches(

@@ -20,7 +20,7 @@ from operator import mul
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from slidingserve.core.batch import BatchShape
 
@@ -249,6 +249,49 @@ class PrefillQueueProfile:
             *token_terms(num_decodes + b),
         )
         return BatchFeatures(self._scenario, x)
+
+    @property
+    def scenario(self) -> Scenario:
+        """The scenario of every batch with b ≥ 1 prefill tokens (mixed with decodes)."""
+        return self._scenario
+
+    def linear_time(self, intercept: float, weights: Sequence[float]) -> Callable[[int], float]:
+        """f(b) for 1 ≤ b ≤ capacity under the linear model (`intercept`, `weights`) of
+        `scenario`: what `features_at(b)` and that model's `predict` give, bit for bit (the
+        same features, the same sum in the same order), in one call instead of five (every
+        prediction TimeToBudget and the SlidingChunker make goes through here). b is not
+        range-checked."""
+        cum_remaining, prefix_max, cached = self._cum_remaining, self._prefix_max, self._cached
+        cum_cached_attention, cum_square = self._cum_cached_attention, self._cum_square
+        cum_cached, decode_kv, num_decodes = self._cum_cached, self._decode_kv, self._num_decodes
+        weights = tuple(weights)
+        k1, k2, k3 = SEGMENT_KNOTS
+
+        def time_at(b: int) -> float:
+            k = bisect_left(cum_remaining, b)
+            c = b - cum_remaining[k - 1]
+            largest = prefix_max[k - 1]
+            cached_attention = cum_cached_attention[k - 1] + c * cached[k - 1]
+            square = cum_square[k - 1] + c * c
+            total = num_decodes + b
+            x = (
+                cached_attention + square,
+                square,
+                decode_kv + cum_cached[k],
+                num_decodes,
+                decode_kv,
+                b,
+                c if c > largest else largest,
+                k,
+                cached_attention,
+                -(-total // TILE_TOKENS),
+                0 if total <= k1 else (k2 - k1 if total >= k2 else total - k1),
+                0 if total <= k2 else (k3 - k2 if total >= k3 else total - k2),
+                total - k3 if total > k3 else 0,
+            )
+            return sum(map(mul, weights, x), intercept)
+
+        return time_at
 
     def _check(self, b: int) -> None:
         if b < 0 or b > self._cum_remaining[-1]:

@@ -116,3 +116,8 @@ class BatchLatencyPredictor:
     def predict_features(self, scenario: Scenario, x: Features) -> float:
         """Predicted time of a `scenario` batch with features `x`, seconds (hot path)."""
         return self._active[scenario].predict(x)
+
+    def linear_model(self, scenario: Scenario) -> LinearModel:
+        """The linear model that predicts `scenario` (`model_for`, precomputed): callers
+        that evaluate features inline weigh them with it (`budget.queue_time_function`)."""
+        return self._active[scenario]

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slidingserve.predictor import (
+    NUM_RICH_FEATURES,
     BatchLatencyPredictor,
     Budget,
     Features,
@@ -15,6 +16,7 @@ from slidingserve.predictor import (
     PrefillQueueProfile,
     Scenario,
     predicted_time_at,
+    queue_time_function,
     time_to_budget,
 )
 
@@ -165,3 +167,50 @@ class TestTimeToBudget:
         counter = CountingModel(make_predictor())
         time_to_budget(counter, profile, 0.03, max_tokens=2048)
         assert counter.calls <= math.log2(2048) + 2
+
+
+rich_weights_strategy = st.tuples(*[st.floats(0, 1e-3) for _ in range(NUM_RICH_FEATURES)])
+
+
+class TestInlineQueueTimes:
+    """`PrefillQueueProfile.linear_time` and `queue_time_function`: the predictions along a
+    queue made inline are the model's, bit for bit."""
+
+    @given(
+        profile=profile_strategy,
+        intercept=st.floats(-0.01, 0.01),
+        weights=st.one_of(weights_strategy, rich_weights_strategy),
+    )
+    def test_inline_time_is_the_model_s_bit_for_bit(
+        self, profile: PrefillQueueProfile, intercept: float, weights: tuple[float, ...]
+    ) -> None:
+        model = LinearModel(intercept, weights)
+        time_at = profile.linear_time(intercept, weights)
+        for b in range(1, profile.capacity + 1):
+            assert time_at(b) == model.predict(profile.features_at(b).x)
+
+    @given(profile=profile_strategy, weights=rich_weights_strategy, limit=st.floats(0, 0.5))
+    def test_time_to_budget_inline_equals_through_the_model(
+        self, profile: PrefillQueueProfile, weights: tuple[float, ...], limit: float
+    ) -> None:
+        decode_only = LinearModel(0.002, tuple(w / 2 for w in weights))
+        predictor = BatchLatencyPredictor(
+            LinearModel(0.004, weights),
+            {Scenario.DECODE_ONLY: decode_only},
+            {Scenario.DECODE_ONLY: ModelChoice.EXPERT},
+            features="rich",
+        )
+        inline = time_to_budget(predictor, profile, limit, max_tokens=150)
+        counted = CountingModel(predictor)  # no `linear_model`: every probe through the model
+        assert time_to_budget(counted, profile, limit, max_tokens=150) == inline
+        time_at = queue_time_function(predictor, profile)
+        for b in range(1, profile.capacity + 1):
+            assert time_at(b) == predicted_time_at(predictor, profile, b)
+
+    def test_a_model_without_linear_parts_is_asked(self) -> None:
+        counted = CountingModel(make_predictor())
+        profile = PrefillQueueProfile([10], [(50, 0)])
+        assert queue_time_function(counted, profile)(20) == predicted_time_at(
+            make_predictor(), profile, 20
+        )
+        assert counted.calls == 1

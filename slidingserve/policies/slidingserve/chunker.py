@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from slidingserve.predictor import predicted_time_at, time_to_budget
+from slidingserve.predictor import predicted_time_at, queue_time_function, time_to_budget
 
 if TYPE_CHECKING:
     from slidingserve.core.request import Request
@@ -49,12 +49,16 @@ class QueueTimes:
         self._times: dict[int, float] = {}  # f is asked for the same p many times
         if decode_time is not None:
             self._times[0] = decode_time
+        self._time_at = queue_time_function(model, profile)  # f(p) for p ≥ 1, uncached
 
     def time_of(self, prefill_tokens: int) -> float:
         """f(p), seconds."""
         seconds = self._times.get(prefill_tokens)
         if seconds is None:
-            seconds = predicted_time_at(self.model, self.profile, prefill_tokens)
+            if prefill_tokens:
+                seconds = self._time_at(prefill_tokens)
+            else:
+                seconds = predicted_time_at(self.model, self.profile, 0)
             self._times[prefill_tokens] = seconds
         return seconds
 
@@ -63,7 +67,7 @@ class QueueTimes:
         if seconds == math.inf:
             return self.max_prefill
         budget = time_to_budget(
-            self.model, self.profile, seconds, self.max_tokens, self._times.get(0)
+            self.model, self.profile, seconds, self.max_tokens, self._times.get(0), self.time_of
         )
         return budget.prefill_tokens if budget.fits else None
 

@@ -11,13 +11,15 @@ from slidingserve.predictor import batch_features
 if TYPE_CHECKING:
     from slidingserve.core.batch import BatchShape
     from slidingserve.predictor import Features, LatencyModel, Scenario
+    from slidingserve.predictor.model import LinearModel
 
 T = TypeVar("T")
 
 
 class DecisionRecord(NamedTuple):
     """One call of `schedule`. CPU times in seconds; chunker and constructor exclude the
-    predictor calls they make (those are under `predictor_s`)."""
+    predictor calls they make through the model (those are under `predictor_s`; the ones
+    made inline along the prefill queue, `TimedModel.linear_model`, are in theirs)."""
 
     now: float  # engine time, seconds
     # "constructor" or "chunker:<reason>"; "chunker:<reason>:constructor-fallback" when the
@@ -51,6 +53,13 @@ class TimedModel:
 
     def predict_shape(self, shape: BatchShape) -> float:
         return self.predict_features(*batch_features(shape))
+
+    def linear_model(self, scenario: Scenario) -> LinearModel | None:
+        """The wrapped model's linear model of `scenario`, if it tells it: predictions made
+        with it inline along the prefill queue (`budget.queue_time_function`) are neither
+        timed nor counted here; their time is their component's."""
+        linear_model = getattr(self.model, "linear_model", None)
+        return linear_model(scenario) if linear_model is not None else None
 
 
 class Stopwatch:

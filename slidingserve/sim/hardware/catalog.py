@@ -7,6 +7,7 @@ may also come from its Hugging Face `config.json` (`load_model` takes a path).
 
 from __future__ import annotations
 
+import functools
 import json
 import tomllib
 from dataclasses import dataclass, replace
@@ -109,7 +110,10 @@ class GPUSpec:
         return self.device.memory_gib
 
 
+@functools.cache
 def _catalog() -> dict[str, Any]:
+    """The parsed catalog, read once per process (every simulation builds its GPU from it;
+    parsing took 8 ms a run). Shared: callers copy an entry before changing it."""
     with _data_path("catalog.toml").open("rb") as file:
         return tomllib.load(file)
 

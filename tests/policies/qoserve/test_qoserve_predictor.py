@@ -74,3 +74,13 @@ def test_an_empty_profile_is_an_error() -> None:
 def test_a_non_finite_time_is_an_error() -> None:
     with pytest.raises(ValueError, match="timed batch 0"):
         fit_qoserve_predictor([TimedBatch(BatchShape((5,), ()), float("nan"))])
+
+
+def test_a_tuple_fitted_before_gets_the_same_predictor() -> None:
+    batches = tuple(timed(random_batch_shapes(300, np.random.default_rng(3))))
+    first = fit_qoserve_predictor(batches)
+    assert fit_qoserve_predictor(batches) is first
+    assert fit_qoserve_predictor(list(batches)) == first  # a list is fitted anew: the same fit
+    assert fit_qoserve_predictor(list(batches)) is not first
+    other_split = fit_qoserve_predictor(batches, split=256)
+    assert other_split.split == 256 and other_split is not first
