@@ -146,10 +146,14 @@ class PlanBuilder:
             self.add(request, 1)
 
     def add_prefills(self, requests: Iterable[Request]) -> None:
-        """Greedy fill: each request takes min(remaining, what is left)."""
+        """Greedy fill: each request takes min(remaining, what is left). Waiting requests
+        after the admissions ran out are passed over without a call (`add` grants them
+        nothing): an overloaded queue holds hundreds."""
         for request in requests:
             if self.tokens_left == 0 or self.seats_left == 0:
                 return
+            if request.phase is WAITING and not self.admissions_left:
+                continue
             self.add(request, request.remaining_prefill)
 
     def build(self, path: str = "", predicted_time: float | None = None) -> Plan:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter, is_
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -46,6 +48,10 @@ DECODE_RUN = "decode-run"
 
 MAX_PREEMPTIONS_PER_REQUEST = 1000
 """Beyond this many preemptions per request on average the engine is thrashing: a bug."""
+
+# Read over every running request at every iteration: built-in passes, no generator
+_PHASE = attrgetter("phase")
+_REMAINING_OUTPUT = attrgetter("remaining_output")
 
 
 class IterationTimer(Protocol):
@@ -314,7 +320,7 @@ class Replica:
         num_decodes = len(state.running)
         return (
             num_decodes <= min(limits.max_num_seqs, limits.max_num_batched_tokens)
-            and all(r.phase is Phase.DECODING for r in state.running)
+            and all(map(is_, map(_PHASE, state.running), repeat(Phase.DECODING)))
             and self.policy.schedules_all_decodes(num_decodes)
         )
 
@@ -324,9 +330,10 @@ class Replica:
         state, timer = self.state, self.engine.timer
         running = state.running
         num_decodes = len(running)
+        least_output: int = min(map(_REMAINING_OUTPUT, running))
         steps = min(
             FAST_FORWARD_MAX_STEPS,
-            min(r.remaining_output for r in running),
+            least_output,
             self.engine.limits.block_size * (state.kv.num_free // num_decodes),
         )
         if steps < 1:
