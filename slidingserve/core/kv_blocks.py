@@ -10,6 +10,8 @@ if TYPE_CHECKING:
     from slidingserve.core.request import Request
     from slidingserve.core.view import KVView
 
+BlockGrowth = list[tuple["Request", int]]  # (request, blocks it adds) of each that adds some
+
 
 def blocks_for_tokens(tokens: int, block_size: int) -> int:
     """Blocks needed to hold `tokens` cached tokens."""
@@ -109,6 +111,33 @@ class KVBlockManager:
             if extra > 0:
                 total += extra
         return total
+
+    def block_growth(self, growths: Iterable[tuple[Request, int]]) -> BlockGrowth:
+        """The (request, blocks) of each (request, new tokens) pair that adds blocks, in
+        order (a plan's chunks: each request once), for `grow_by`; what `extra_blocks_each`
+        sums."""
+        held, block_size = self._held.get, self.block_size
+        growing = []
+        for request, new_tokens in growths:
+            extra = -(-(request.num_computed + new_tokens) // block_size) - held(
+                request.request_id, 0
+            )
+            if extra > 0:
+                growing.append((request, extra))
+        return growing
+
+    def grow_by(self, growing: BlockGrowth) -> None:
+        """Allocate what `block_growth` counted, nothing having changed since: `grow_each`
+        of the same pairs, without counting them again (the simulator counts a plan's blocks
+        when it validates it)."""
+        total = sum(extra for _, extra in growing)
+        if total > self._num_free:
+            raise RuntimeError(f"KV over-commit: {total} blocks needed, {self._num_free} free")
+        table = self._held
+        for request, extra in growing:
+            request_id = request.request_id
+            table[request_id] = table.get(request_id, 0) + extra
+        self._num_free -= total
 
     def free(self, request: Request) -> None:
         """Release every block of `request` (finished or preempted)."""

@@ -14,6 +14,7 @@ from slidingserve.core.request import DECODING, FINISHED, WAITING
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
+    from slidingserve.core.kv_blocks import BlockGrowth
     from slidingserve.core.request import Request
     from slidingserve.core.view import KVView, SchedulerView
 
@@ -174,9 +175,12 @@ def _same_requests(requests: Iterable[Request], decoding: Sequence[Request]) -> 
     return set(map(id, requests)) == set(map(id, decoding))
 
 
-def validate_plan(plan: Plan, view: SchedulerView) -> None:
+def validate_plan(plan: Plan, view: SchedulerView) -> BlockGrowth | None:
     """Raise `InvalidPlanError` if `plan` breaks a limit of `view`'s engine (the first of:
-    the batch-size cap, the token budget, the admissions, a chunk, the free KV blocks)."""
+    the batch-size cap, the token budget, the admissions, a chunk, the free KV blocks).
+    Returns the blocks each chunk adds when they were counted on a plain block table
+    (`KVBlockManager.block_growth`): the engine allocates them (`grow_by`) without counting
+    again. None otherwise."""
     limits = view.limits
     if len(plan.chunks) > limits.max_num_seqs:
         raise InvalidPlanError(f"{len(plan.chunks)} requests > max_num_seqs {limits.max_num_seqs}")
@@ -197,6 +201,7 @@ def validate_plan(plan: Plan, view: SchedulerView) -> None:
         raise totals.bad_chunk
     if totals.blocks > view.kv.num_free:
         raise InvalidPlanError(f"plan needs {totals.blocks} KV blocks, {view.kv.num_free} free")
+    return totals.growth
 
 
 class _PlanTotals(NamedTuple):
@@ -204,6 +209,7 @@ class _PlanTotals(NamedTuple):
     admitted: int  # waiting requests it starts
     blocks: int  # KV blocks its chunks add
     bad_chunk: InvalidPlanError | None  # the first chunk scheduled twice or given bad tokens
+    growth: BlockGrowth | None  # the blocks each chunk adds, on a plain block table
 
 
 def _plan_totals(plan: Plan, view: SchedulerView) -> _PlanTotals:
@@ -222,8 +228,13 @@ def _plan_totals(plan: Plan, view: SchedulerView) -> _PlanTotals:
                 seen.add(request.request_id)  # the common chunk, checked inline
             else:
                 bad_chunk = _chunk_error(request, tokens, seen)
-    blocks = _added_blocks(view.kv, view.limits.block_size, plan.chunks)
-    return _PlanTotals(tokens_total, admitted, blocks, bad_chunk)
+    kv, block_size, growth = view.kv, view.limits.block_size, None
+    if type(kv) is KVBlockManager and kv.block_size == block_size:
+        growth = kv.block_growth(plan.chunks)
+        blocks = sum(extra for _, extra in growth)
+    else:
+        blocks = _added_blocks(kv, block_size, plan.chunks)
+    return _PlanTotals(tokens_total, admitted, blocks, bad_chunk, growth)
 
 
 def _added_blocks(kv: KVView, block_size: int, chunks: Sequence[ScheduledChunk]) -> int:

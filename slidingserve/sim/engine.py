@@ -36,6 +36,7 @@ from slidingserve.sim.tracing import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from slidingserve.core.kv_blocks import BlockGrowth
     from slidingserve.core.plan import Plan
     from slidingserve.core.request import Request
     from slidingserve.policies.base import Policy
@@ -259,7 +260,7 @@ class Replica:
 
     def _step(self, admit: bool) -> None:
         state, options = self.state, self.engine.options
-        plan = self._plan(admit)
+        plan, growth = self._plan(admit)
         if not plan.chunks:  # it refused every request there was: no iteration runs
             return
         shape = BatchShape.from_plan(plan)
@@ -280,13 +281,14 @@ class Replica:
                     state.kv.num_blocks,
                 )
             )
-        state.execute(plan, start + duration)
+        state.execute(plan, start + duration, growth)
         self.counters.iterations += 1
         self.policy.on_iteration_end(IterationRecord(start, duration, plan, shape))
 
-    def _plan(self, admit: bool) -> Plan:
+    def _plan(self, admit: bool) -> tuple[Plan, BlockGrowth | None]:
         """Ask the policy; if it runs nothing, preempt the policy's victim and ask again
-        (admitting nothing new in an iteration that preempted, as vLLM)."""
+        (admitting nothing new in an iteration that preempted, as vLLM). With the plan, the
+        blocks its chunks add when validation counted them (`validate_plan`)."""
         state, counters, limits = self.state, self.counters, self.engine.limits
         while True:
             view = state.view(limits, admit)
@@ -298,12 +300,12 @@ class Replica:
                 counters.refused += len(plan.refused)
                 if not plan.chunks:
                     if state.idle:
-                        return plan
+                        return plan, None
                     continue
             if plan.chunks:
                 if self.engine.options.validate_plans:
-                    validate_plan(plan, view)
-                return plan
+                    return plan, validate_plan(plan, view)
+                return plan, None
             if not state.running:
                 raise SchedulingStallError(
                     f"policy {self.policy.name!r} scheduled nothing with "

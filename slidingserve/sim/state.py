@@ -7,12 +7,13 @@ from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING
 
+from slidingserve.core.kv_blocks import KVBlockManager
 from slidingserve.core.prefix_cache import PrefixCachingKV
 from slidingserve.core.request import DECODING, FINISHED, PREFILLING, WAITING, Phase
 from slidingserve.core.view import SchedulerView
 
 if TYPE_CHECKING:
-    from slidingserve.core.kv_blocks import KVBlockManager
+    from slidingserve.core.kv_blocks import BlockGrowth
     from slidingserve.core.plan import Plan
     from slidingserve.core.request import Request
     from slidingserve.core.view import EngineLimits
@@ -128,12 +129,17 @@ class EngineState:
         self.running.remove(request)
         self.waiting.insert(0, request)
 
-    def execute(self, plan: Plan, end: float) -> None:
-        """Apply `plan`, which ran until time `end`: cache tokens, emit tokens, finish."""
+    def execute(self, plan: Plan, end: float, growth: BlockGrowth | None = None) -> None:
+        """Apply `plan`, which ran until time `end`: cache tokens, emit tokens, finish.
+        `growth`: the blocks its chunks add, as its validation counted them on this plain
+        block table (`validate_plan`); None: counted here."""
         self._decode_blocks = None
         admitted = finished = False
         chunks = plan.chunks
-        self.kv.grow_each(chunks)  # each request is in a plan once: its growth is its own
+        if growth is not None and type(self.kv) is KVBlockManager:
+            self.kv.grow_by(growth)
+        else:
+            self.kv.grow_each(chunks)  # each request is in a plan once: its growth is its own
         for request, tokens in chunks:
             request.num_computed += tokens
             phase = request.phase

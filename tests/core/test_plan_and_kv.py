@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import pytest
 from factories import make_decoding, make_request, make_view
+from hypothesis import given
+from hypothesis import strategies as st
 
 from slidingserve.core import (
     EngineLimits,
@@ -36,6 +38,36 @@ class TestKVBlocks:
         kv = KVBlockManager(2, 16)
         with pytest.raises(RuntimeError, match="over-commit"):
             kv.grow(make_request(prompt=100), 33)
+        with pytest.raises(RuntimeError, match="over-commit"):
+            kv.grow_by(kv.block_growth([(make_request(prompt=100), 33)]))
+
+    @given(
+        st.lists(st.tuples(st.integers(0, 100), st.integers(0, 90), st.integers(1, 70)), max_size=8)
+    )
+    def test_growth_counted_once_then_allocated_is_grow_each(
+        self, requests: list[tuple[int, int, int]]
+    ) -> None:
+        """`block_growth` then `grow_by` leave the table as `grow_each` does (each request
+        holding `held` tokens' blocks, `computed` cached, adding `tokens`)."""
+        tables = []
+        for counted in (False, True):
+            kv = KVBlockManager(1_000, 16)
+            growths = []
+            for i, (held, computed, tokens) in enumerate(requests):
+                request = make_request(f"r{i}", prompt=300)
+                kv.grow(request, held)
+                request.num_computed = computed
+                growths.append((request, tokens))
+            expected = kv.extra_blocks_each(growths)
+            if counted:
+                growth = kv.block_growth(growths)
+                assert sum(extra for _, extra in growth) == expected
+                assert all(extra > 0 for _, extra in growth)
+                kv.grow_by(growth)
+            else:
+                kv.grow_each(growths)
+            tables.append((kv.num_free, [kv.held(r) for r, _ in growths]))
+        assert tables[0] == tables[1]
 
 
 class TestPlanBuilder:
@@ -108,7 +140,9 @@ class TestValidatePlan:
         builder = PlanBuilder(view)
         builder.add_decodes(view.decoding)
         builder.add_prefills(view.waiting)
-        validate_plan(builder.build(), view)
+        growth = validate_plan(builder.build(), view)
+        assert growth is not None  # counted on the plain table, for the engine to allocate
+        assert sum(extra for _, extra in growth) == view.kv.extra_blocks_each(builder.chunks)
 
     def test_decode_with_two_tokens_is_invalid(self) -> None:
         decode = make_decoding("d")
