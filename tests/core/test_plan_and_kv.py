@@ -136,13 +136,13 @@ class TestPlanBuilder:
 
 class TestValidatePlan:
     def test_a_builder_plan_is_valid(self) -> None:
-        view, _ = make_view(waiting=[make_request("w", prompt=30)], running=[make_decoding("d")])
+        view, kv = make_view(waiting=[make_request("w", prompt=30)], running=[make_decoding("d")])
         builder = PlanBuilder(view)
         builder.add_decodes(view.decoding)
         builder.add_prefills(view.waiting)
         growth = validate_plan(builder.build(), view)
         assert growth is not None  # counted on the plain table, for the engine to allocate
-        assert sum(extra for _, extra in growth) == view.kv.extra_blocks_each(builder.chunks)
+        assert sum(extra for _, extra in growth) == kv.extra_blocks_each(builder.chunks) > 0
 
     def test_decode_with_two_tokens_is_invalid(self) -> None:
         decode = make_decoding("d")
