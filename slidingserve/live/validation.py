@@ -47,6 +47,7 @@ from slidingserve.live.validation_plan import (
     BURST_RATE,
     Progress,
     check_budget,
+    closing_seconds,
     startup_seconds,
     trial_seconds,
 )
@@ -233,6 +234,7 @@ def run_venue(
     lines: bool = False,
     clock: Callable[[], float] = time.monotonic,
     measured: Callable[[PolicyCurve], None] = lambda _: None,
+    closing: bool = False,
 ) -> VenueResult:
     """Every policy's curve in one venue.
 
@@ -241,6 +243,9 @@ def run_venue(
     `grid` (req/s) defaults to the loads × this venue's capacity, checked against the
     budget; the simulated twin gets the live grid and scale. `lines`: also run every policy
     on the dense rates of the plot. `measured` gets each policy's curve as it is done.
+    `closing`: start the reference server again after every policy and measure the
+    capacity once more, so that the result says how far the engine's speed moved while
+    the trials ran (a shared machine's does; the twin's profile is of one moment).
     """
     for policy in [REFERENCE_POLICY, *policies]:
         trials.check(policy)
@@ -273,11 +278,29 @@ def run_venue(
                 )
             curves[policy] = venue.curve(policy)
             measured(curves[policy])
+    closing_capacity = _closing_capacity(venue, say) if closing else None
     dense: dict[str, PolicyCurve] = {}
     if lines:
         dense_rates = line_rates(rates, settings.curve_points)
         dense = {p: run_lines(trials, settings, p, dense_rates, scale) for p in order}
-    return VenueResult(trials.venue, capacity, scale, tuple(sorted(rates)), curves, dense)
+    return VenueResult(
+        trials.venue, capacity, scale, tuple(sorted(rates)), curves, dense, closing_capacity
+    )
+
+
+def _closing_capacity(venue: _Venue, say: Callable[[str], None]) -> float:
+    """The capacity measured again on a fresh, warmed-up reference server."""
+    trials, settings = venue.trials, venue.settings
+    with trials.serving(REFERENCE_POLICY):
+        _warm_up(trials, settings)
+        closing = measure_capacity(trials, settings)
+    drift = closing / venue.capacity - 1
+    what = f"capacity at the end {closing:.2f} req/s ({drift:+.1%} from the start)"
+    if venue.progress is not None:
+        venue.progress.advance(closing_seconds(settings, venue.capacity), what)
+    else:
+        say(f"{trials.venue}: {what}")
+    return closing
 
 
 def _warm_up(trials: Trials, settings: ValidationSettings) -> None:
@@ -346,7 +369,7 @@ def validate(
         check_budget(settings, len(ordered_policies(policies)), predicted, "predicted")
     except ValueError as error:
         raise ValueError(f"{error} (the profile is kept: --steps {steps_path})") from None
-    live = run_venue(engine, settings, policies, say, measured=measured)
+    live = run_venue(engine, settings, policies, say, measured=measured, closing=True)
     twin = SimulatedTrials(steps, dataclasses.replace(live_settings, slo_scale=live.slo_scale))
     say("the simulated twin: the same trials on the profiled engine")
     simulated = run_venue(

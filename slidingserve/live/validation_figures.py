@@ -152,6 +152,16 @@ class VenueResult:
     rates: tuple[float, ...]  # the grid, req/s (loads × the live capacity)
     curves: dict[str, PolicyCurve]
     lines: dict[str, PolicyCurve] = field(default_factory=dict)  # simulated: dense curves
+    # live: the capacity measured again after every policy's trials, req/s (None: not run)
+    closing_capacity: float | None = None
+
+    @property
+    def drift(self) -> float | None:
+        """How much the engine's capacity moved while the trials ran: the closing capacity
+        relative to the opening one (None without a closing run)."""
+        if self.closing_capacity is None:
+            return None
+        return self.closing_capacity / self.capacity - 1
 
     def goodputs(self, threshold: float) -> dict[str, Goodput]:
         """Each policy's goodput from its pooled trials."""

@@ -49,14 +49,22 @@ def startup_seconds(settings: ValidationSettings, capacity: float) -> float:
     return SERVER_START_S + trial_seconds(settings.warmup_requests, BURST_RATE, capacity)
 
 
+def closing_seconds(settings: ValidationSettings, capacity: float) -> float:
+    """The reference server started again at the end, warmed up, and its capacity run."""
+    requests = settings.capacity_requests or settings.live.requests
+    return startup_seconds(settings, capacity) + trial_seconds(requests, BURST_RATE, capacity)
+
+
 def planned_seconds(settings: ValidationSettings, policies: int, capacity: float) -> float:
     """What the live trials take at most on the grid: every rate, seed and policy, servers
-    and warm-ups included (a curve that leaves the grid adds its extra rates)."""
+    and warm-ups included (a curve that leaves the grid adds its extra rates), and the
+    capacity measured again at the end."""
     live = settings.live
     rates = [load * capacity for load in settings.loads]
     per_policy = sum(trial_seconds(live.requests, rate, capacity) for rate in rates)
     per_policy *= len(settings.seeds)
-    return policies * (per_policy + startup_seconds(settings, capacity))
+    trials = policies * (per_policy + startup_seconds(settings, capacity))
+    return trials + closing_seconds(settings, capacity)
 
 
 def check_budget(

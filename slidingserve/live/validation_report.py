@@ -10,7 +10,7 @@ from typing import Any
 from slidingserve.eval.ratios import ratio_interval
 from slidingserve.live.agreement import ranks
 from slidingserve.live.validation import Validation
-from slidingserve.live.validation_figures import Goodput, common_rate, ratio_to
+from slidingserve.live.validation_figures import Goodput, VenueResult, common_rate, ratio_to
 from slidingserve.reporting import format_table
 
 CANDIDATE = "slidingserve"  # the policy the ratio table compares with every other
@@ -122,6 +122,7 @@ def report(validation: Validation) -> str:
         f"{validation.engine}; capacity (every request at once): live {live.capacity:.2f} "
         f"req/s, simulated {sim.capacity:.2f} ({error}); grid: "
         + ", ".join(f"{rate:.2f}" for rate in live.rates),
+        *_drift_line(live),
         f"wall time {validation.wall_s / 60:.1f} min, profile {validation.steps_file}",
         "",
         goodput_table(validation),
@@ -132,6 +133,17 @@ def report(validation: Validation) -> str:
     if ratios:
         lines += ["", ratios]
     return "\n".join(lines)
+
+
+def _drift_line(live: VenueResult) -> list[str]:
+    """The live capacity at the end against the start: the engine's own drift, a floor
+    under any error the twin can be held to."""
+    if live.closing_capacity is None or live.drift is None:
+        return []
+    return [
+        f"live capacity after the trials: {live.closing_capacity:.2f} req/s "
+        f"({_percent(live.drift)} from the start: the engine's own drift while they ran)"
+    ]
 
 
 def _arrivals(validation: Validation) -> str:
@@ -153,6 +165,7 @@ def summary(validation: Validation) -> dict[str, Any]:
     live_rank, sim_rank = goodput_ranks(live_goodput), goodput_ranks(sim_goodput)
     return {
         "capacity_error": relative_error(sim.capacity, live.capacity),
+        "capacity_drift": live.drift,
         "common_rate": common_rate(live, sim, threshold),
         "policies": {
             policy: {

@@ -5,6 +5,7 @@ standing in for the live one (so both venues must agree exactly)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from slidingserve.live.validation import (
     ValidationSettings,
     ordered_policies,
     run_curve,
+    run_venue,
     validate,
 )
 from slidingserve.live.validation_figures import (
@@ -169,6 +171,40 @@ def test_progress_tells_the_time_left_from_the_pace_so_far() -> None:
     assert said[1].endswith("second · 1.5 min elapsed, ~0.8 min left")
 
 
+class SlowingTrials(StepTrials):
+    """A fake venue whose engine serves fewer requests a second with each capacity run, and
+    that notes which server runs."""
+
+    def __init__(self, limits: dict[str, float], throughputs: list[float]) -> None:
+        super().__init__(limits)
+        self.throughputs = iter(throughputs)
+        self.served: list[str] = []
+
+    @contextlib.contextmanager
+    def serving(self, policy: str) -> Iterator[None]:
+        self.served.append(policy)
+        yield
+
+    def probe(self, workload: WorkloadConfig, rate: float, seed: int) -> RunMetrics:
+        if seed != SETTINGS.probe_seed:  # a warm-up
+            return metrics(0.0)
+        measured = metrics(0.0)
+        return dataclasses.replace(measured, request_throughput=next(self.throughputs))
+
+
+def test_the_capacity_measured_again_at_the_end_tells_the_drift() -> None:
+    trials = SlowingTrials({"slidingserve": 4.0, "vllm:fcfs": 3.0}, [10.0, 8.0])
+    said: list[str] = []
+    settings = dataclasses.replace(SETTINGS, live=dataclasses.replace(SETTINGS.live, slo_scale=1.0))
+    result = run_venue(trials, settings, ["slidingserve"], said.append, closing=True)
+    assert trials.served == [REFERENCE_POLICY, "slidingserve", REFERENCE_POLICY]
+    assert (result.capacity, result.closing_capacity) == (10.0, 8.0)
+    assert result.drift == pytest.approx(-0.2)
+    assert "capacity at the end 8.00 req/s (-20.0% from the start)" in said[-1]
+    assert run_venue(StepTrials({"slidingserve": 4.0, "vllm:fcfs": 3.0}), settings,
+                     ["slidingserve"], lambda _: None).closing_capacity is None  # fmt: skip
+
+
 def test_the_reference_policy_runs_first() -> None:
     assert ordered_policies(["a", REFERENCE_POLICY, "a", "b"]) == [REFERENCE_POLICY, "a", "b"]
     assert ordered_policies(["a", "b"]) == ["a", "b"]
@@ -200,16 +236,20 @@ def test_a_simulated_engine_validated_against_itself_agrees_exactly(tmp_path: Pa
     assert result.policies == ["vllm:fcfs", "slidingserve"]
     assert said[0].startswith("the simulated engine: capacity ")
     assert result.live.capacity == result.simulated.capacity > 0
+    assert result.live.closing_capacity == result.live.capacity  # measured again: no drift
+    assert result.simulated.closing_capacity is None
     assert result.live.rates == result.simulated.rates
     for policy in result.policies:
         assert result.live.curves[policy] == result.simulated.curves[policy]
         assert len(result.simulated.lines[policy].rates) == 3
     figures = summary(result)
     assert figures["capacity_error"] == 0.0
+    assert figures["capacity_drift"] == 0.0
     for policy in figures["policies"].values():
         assert policy["goodput_live"] == policy["goodput_simulated"] > 0
         assert policy["goodput_error"] == 0.0 or policy["goodput_live_bound"]
     text = report(result)
+    assert "live capacity after the trials" in text and "(+0% from the start" in text
     assert "rank live" in text and "slidingserve ÷ vllm:fcfs" in text and "(+0%)" in text
     assert plot(result, tmp_path / "v.png").stat().st_size > 10_000
 

@@ -23,9 +23,11 @@ def test_validate_connects_profile_live_trials_and_their_twin(
     assert main([*argv, "--out-dir", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "rank live" in printed and "TTFT p50 live" in printed
+    assert "live capacity after the trials" in printed
     saved = json.loads((out / "validation.json").read_text())
     live, simulated = saved["live"], saved["simulated"]
     assert live["capacity"] > 0 and simulated["capacity"] > 0
+    assert live["closing_capacity"] > 0 and simulated["closing_capacity"] is None
     assert live["rates"] == simulated["rates"] == [pytest.approx(0.5 * live["capacity"])]
     for venue in (live, simulated):
         for policy in ("sarathi-edf", "vllm:fcfs"):
