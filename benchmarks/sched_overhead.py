@@ -11,8 +11,10 @@ decoding (ShareGPT-like contexts, 50 ms TBT, next-token slack 50 ms + Exp(200 ms
 waiting or partly prefilled (realistic prompt lengths, TTFT slacks from −0.2 s to 2 s, so
 some are lost, some at risk and most calm). Every policy schedules the same states in the
 same run. Prints median and p99 wall time per `schedule` call, and for SlidingServe the
-median time per component (ordering and triage of the queue, predictor calls, chunker incl.
-candidate batch, BatchConstructor) with the share of iterations that took the constructor
+median time per component (ordering and triage of the queue, predictor calls through the
+model, chunker incl. candidate batch, BatchConstructor; the predictions made inline along
+the queue, `predictor.queue_time_function`, are in the chunker's and the constructor's
+time and not counted as calls) with the share of iterations that took the constructor
 path, and the median predicted iteration time for scale (the paper's budget: scheduling < 5% of it).
 `--features` picks the predictor the policies plan with (the calibration's, rich by default);
 `--set` gives a policy or a label its options (`--policies slidingserve slidingserve#nocap

@@ -144,6 +144,7 @@ class LiveTrials:
         # prompts, which would otherwise start from the cache an earlier run left (the
         # simulator starts each run cold). Requests of one run still share prefixes.
         self.runs = itertools.count()
+        self._served: dict[str, int] = {}  # servers started for each policy
 
     def check(self, policy: str) -> None:
         self.specs[policy] = ServerSpec(
@@ -155,7 +156,13 @@ class LiveTrials:
 
     @contextlib.contextmanager
     def serving(self, policy: str) -> Iterator[None]:
-        log = self.settings.out_dir / f"server-{policy.replace(':', '-')}.log"
+        """`policy`'s server, up while the block runs; its log is server-POLICY.log, or
+        server-POLICY-2.log (3, ...) when these trials served the policy before (a
+        validation serves vLLM's `fcfs` again at the end), so none of their logs is
+        overwritten."""
+        self._served[policy] = served = self._served.get(policy, 0) + 1
+        stem = f"server-{policy.replace(':', '-')}" + (f"-{served}" if served > 1 else "")
+        log = self.settings.out_dir / f"{stem}.log"
         with running_server(self.specs[policy], log) as url:
             self.url = url
             try:

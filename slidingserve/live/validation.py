@@ -262,9 +262,7 @@ def run_venue(
         rates = list(grid) if grid is not None else [load * capacity for load in settings.loads]
         progress = None
         if grid is None:
-            progress = Progress(check_budget(settings, len(order), capacity), say, clock)
-            if order[0] == REFERENCE_POLICY:  # its server and warm-up came before the clock
-                progress.skip(startup_seconds(settings, capacity))
+            progress = _progress(settings, order, capacity, closing, say, clock)
         venue = _Venue(trials, settings, capacity, rates, scale, progress)
         if order[0] == REFERENCE_POLICY:
             curves[REFERENCE_POLICY] = venue.curve(REFERENCE_POLICY)
@@ -288,12 +286,36 @@ def run_venue(
     )
 
 
-def _closing_capacity(venue: _Venue, say: Callable[[str], None]) -> float:
-    """The capacity measured again on a fresh, warmed-up reference server."""
+def _progress(
+    settings: ValidationSettings,
+    order: Sequence[str],
+    capacity: float,
+    closing: bool,
+    say: Callable[[str], None],
+    clock: Callable[[], float],
+) -> Progress:
+    """The progress of the planned trials (checked against the budget), less what runs
+    before its clock starts (the reference server and its warm-up, when it is compared)
+    and the closing capacity run when there is none."""
+    progress = Progress(check_budget(settings, len(order), capacity), say, clock)
+    if order[0] == REFERENCE_POLICY:
+        progress.skip(startup_seconds(settings, capacity))
+    if not closing:
+        progress.skip(closing_seconds(settings, capacity))
+    return progress
+
+
+def _closing_capacity(venue: _Venue, say: Callable[[str], None]) -> float | None:
+    """The capacity measured again on a fresh, warmed-up reference server; None, said, if
+    that fails (the trials are kept: the drift is a diagnosis, not a result)."""
     trials, settings = venue.trials, venue.settings
-    with trials.serving(REFERENCE_POLICY):
-        _warm_up(trials, settings)
-        closing = measure_capacity(trials, settings)
+    try:
+        with trials.serving(REFERENCE_POLICY):
+            _warm_up(trials, settings)
+            closing = measure_capacity(trials, settings)
+    except (OSError, RuntimeError, ValueError) as error:
+        say(f"{trials.venue}: the capacity could not be measured again at the end: {error}")
+        return None
     drift = closing / venue.capacity - 1
     what = f"capacity at the end {closing:.2f} req/s ({drift:+.1%} from the start)"
     if venue.progress is not None:

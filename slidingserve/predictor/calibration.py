@@ -8,6 +8,7 @@ the one of its `features` (rich by default), `predictor_for("paper")` the paper'
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -50,8 +51,16 @@ class Calibration:
         """The predictor of the feature set `features` ("paper" or "rich")."""
         return self.predictors[feature_set(features).name]
 
+    def __copy__(self) -> Calibration:
+        return self  # immutable: a copy would be the same (and `__reduce__` is for pickling)
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Calibration:
+        predictors = copy.deepcopy(dict(self.predictors), memo)
+        return Calibration(self.batches, predictors, self.features)
+
     def __reduce__(self) -> tuple[Callable[[Wire], Calibration], tuple[Wire]]:
-        """Pickled as a `Wire` (`calibration_wire.py`), encoded once per calibration."""
+        """Pickled as a `Wire` (`calibration_wire.py`), encoded once per calibration; an
+        unpickled calibration may be shared with other tasks of the same process."""
         wire = self.__dict__.get("_wire")
         if wire is None:
             wire = make_wire(self.batches, (dict(self.predictors), self.features))

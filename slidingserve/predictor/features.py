@@ -258,9 +258,10 @@ class PrefillQueueProfile:
     def linear_time(self, intercept: float, weights: Sequence[float]) -> Callable[[int], float]:
         """f(b) for 1 ≤ b ≤ capacity under the linear model (`intercept`, `weights`) of
         `scenario`: what `features_at(b)` and that model's `predict` give, bit for bit (the
-        same features, the same sum in the same order), in one call instead of five (every
-        prediction TimeToBudget and the SlidingChunker make goes through here). b is not
-        range-checked."""
+        same features, the same sum in the same order), in one call instead of five. The
+        predictions TimeToBudget and the SlidingChunker make for b ≥ 1 go through here when
+        their model tells its linear parts (`budget.queue_time_function`). b is not
+        range-checked: outside [1, capacity] the value means nothing."""
         cum_remaining, prefix_max, cached = self._cum_remaining, self._prefix_max, self._cached
         cum_cached_attention, cum_square = self._cum_cached_attention, self._cum_square
         cum_cached, decode_kv, num_decodes = self._cum_cached, self._decode_kv, self._num_decodes

@@ -155,3 +155,29 @@ def test_every_live_run_salts_the_prefix_cache_apart(monkeypatch: pytest.MonkeyP
     trials.run("slidingserve", 2.0, 0, 1.0)
     salts = [config.cache_salt for config in sent]
     assert len(set(salts)) == 3 and all(salts)
+
+
+def test_a_policy_served_again_writes_a_log_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A validation serves vLLM's `fcfs` again at the end: the first server's log (its
+    capacity, calibration and trials) must survive the second."""
+    import slidingserve.live.compare as live_compare
+
+    logs: list[str] = []
+
+    @contextlib.contextmanager
+    def fake_server(spec: object, log: Any) -> Iterator[str]:
+        logs.append(log.name)
+        yield "http://127.0.0.1:1"
+
+    monkeypatch.setattr(live_compare, "running_server", fake_server)
+    trials = live_compare.LiveTrials(SETTINGS)
+    for policy in ("vllm:fcfs", "slidingserve", "vllm:fcfs", "vllm:fcfs"):
+        trials.check(policy)
+        with trials.serving(policy):
+            pass
+    assert logs == [
+        "server-vllm-fcfs.log",
+        "server-slidingserve.log",
+        "server-vllm-fcfs-2.log",
+        "server-vllm-fcfs-3.log",
+    ]

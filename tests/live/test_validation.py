@@ -205,6 +205,19 @@ def test_the_capacity_measured_again_at_the_end_tells_the_drift() -> None:
                      ["slidingserve"], lambda _: None).closing_capacity is None  # fmt: skip
 
 
+def test_a_closing_run_that_fails_loses_no_trial() -> None:
+    trials = SlowingTrials({"slidingserve": 4.0, "vllm:fcfs": 3.0}, [10.0, 0.0])
+    said: list[str] = []
+    settings = dataclasses.replace(SETTINGS, live=dataclasses.replace(SETTINGS.live, slo_scale=1.0))
+    result = run_venue(trials, settings, ["slidingserve"], said.append, closing=True)
+    assert result.closing_capacity is None and result.drift is None
+    assert result.curves["slidingserve"].trials  # kept
+    assert said[-1] == (
+        "the fake: the capacity could not be measured again at the end: "
+        "the capacity run completed no request"
+    )
+
+
 def test_the_reference_policy_runs_first() -> None:
     assert ordered_policies(["a", REFERENCE_POLICY, "a", "b"]) == [REFERENCE_POLICY, "a", "b"]
     assert ordered_policies(["a", "b"]) == ["a", "b"]

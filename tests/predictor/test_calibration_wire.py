@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import pickle
 
 from hypothesis import given
@@ -74,3 +75,12 @@ def test_the_cache_keeps_the_latest_few() -> None:
     cache.get_or_build(wires[2], build)  # kept
     cache.get_or_build(wires[0], build)  # dropped: built again
     assert built == [1, 2, 3, 1]
+
+
+def test_a_deep_copy_is_the_caller_s_own() -> None:
+    calibration = calibration_of(_some_batches(70))
+    pickle.loads(pickle.dumps(calibration))  # this process now holds a decoded copy
+    deep = copy.deepcopy(calibration)
+    assert deep == calibration and deep is not calibration
+    assert deep.predictors is not calibration.predictors
+    assert copy.copy(calibration) is calibration  # immutable

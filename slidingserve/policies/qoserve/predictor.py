@@ -122,17 +122,19 @@ def fit_qoserve_predictor(batches: Sequence[TimedBatch], split: int = 512) -> Qo
         raise ValueError("qoserve fits its predictor to timed batches, but the profile is empty")
     if not isinstance(batches, tuple):
         return _fit_batches(batches, split)
-    key = (id(batches), split)
+    key = (id(batches), split)  # the entry holds the tuple: its id is not reused meanwhile
     fitted = _FITTED.get(key)
-    if fitted is None or fitted[0] is not batches:  # the id of a batches tuple since freed
+    if fitted is None:
         fitted = (batches, _fit_batches(batches, split))
         _FITTED[key] = fitted
         while len(_FITTED) > FITS_KEPT:
             _FITTED.popitem(last=False)
+    else:
+        _FITTED.move_to_end(key)
     return fitted[1]
 
 
-FITS_KEPT = 8  # predictors `fit_qoserve_predictor` keeps, each with the batches it is of
+FITS_KEPT = 8  # predictors `fit_qoserve_predictor` keeps (the latest used), each with its batches
 _FITTED: OrderedDict[tuple[int, int], tuple[tuple[TimedBatch, ...], QoServePredictor]] = (
     OrderedDict()
 )
