@@ -102,20 +102,11 @@ class KVBlockManager:
 
     def extra_blocks_each(self, growths: Iterable[tuple[Request, int]]) -> int:
         """Σ `extra_blocks` over (request, new tokens) pairs, in one pass."""
-        held, block_size = self._held.get, self.block_size
-        total = 0
-        for request, new_tokens in growths:
-            extra = -(-(request.num_computed + new_tokens) // block_size) - held(
-                request.request_id, 0
-            )
-            if extra > 0:
-                total += extra
-        return total
+        return sum(extra for _, extra in self.block_growth(growths))
 
     def block_growth(self, growths: Iterable[tuple[Request, int]]) -> BlockGrowth:
         """The (request, blocks) of each (request, new tokens) pair that adds blocks, in
-        order (a plan's chunks: each request once), for `grow_by`; what `extra_blocks_each`
-        sums."""
+        order (a plan's chunks: each request once), for `grow_by`."""
         held, block_size = self._held.get, self.block_size
         growing = []
         for request, new_tokens in growths:

@@ -41,15 +41,6 @@ class BatchArrays(NamedTuple):
     decode_contexts: NDArray[np.int32]
     prefill_pairs: NDArray[np.int32]  # chunk, cached, chunk, cached, ...
 
-    @property
-    def fingerprint(self) -> str:
-        """A digest of every array's bytes."""
-        digest = hashlib.blake2b(digest_size=16)
-        for array in self:
-            digest.update(np.ascontiguousarray(array).tobytes())
-            digest.update(b"|")
-        return digest.hexdigest()
-
 
 def encode_batches(batches: Sequence[TimedBatch]) -> BatchArrays:
     """`batches` as `BatchArrays`."""
@@ -96,9 +87,12 @@ class Wire(NamedTuple):
 
 
 def make_wire(batches: Sequence[TimedBatch], rest: tuple[object, ...]) -> Wire:
+    """The wire of `batches` and `rest`, fingerprinted by every array's bytes and `rest`."""
     arrays = encode_batches(batches)
     digest = hashlib.blake2b(digest_size=16)
-    digest.update(arrays.fingerprint.encode())
+    for array in arrays:
+        digest.update(array.tobytes())
+        digest.update(b"|")
     digest.update(pickle.dumps(rest))
     return Wire(digest.hexdigest(), arrays, rest)
 

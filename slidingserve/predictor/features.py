@@ -228,6 +228,11 @@ class PrefillQueueProfile:
                 raise ValueError("no decodes and b = 0: the batch is empty")
             return self._decode_only
         self._check(b)
+        return BatchFeatures(self._scenario, Features(*self._values_at(b)))
+
+    def _values_at(self, b: int) -> tuple[int, ...]:
+        """x1..x13 of the decodes plus the first `b` ≥ 1 prefill tokens, unchecked: the one
+        place they are computed (`features_at`, `linear_time`)."""
         cum_remaining = self._cum_remaining
         # Requests 0..k-2 are full; request k-1 takes what is left (possibly all of it).
         k = bisect_left(cum_remaining, b)
@@ -236,7 +241,7 @@ class PrefillQueueProfile:
         cached_attention = self._cum_cached_attention[k - 1] + c * self._cached[k - 1]
         square = self._cum_square[k - 1] + c * c
         decode_kv, num_decodes = self._decode_kv, self._num_decodes
-        x = Features(
+        return (
             cached_attention + square,
             square,
             decode_kv + self._cum_cached[k],
@@ -248,7 +253,6 @@ class PrefillQueueProfile:
             cached_attention,
             *token_terms(num_decodes + b),
         )
-        return BatchFeatures(self._scenario, x)
 
     @property
     def scenario(self) -> Scenario:
@@ -258,39 +262,14 @@ class PrefillQueueProfile:
     def linear_time(self, intercept: float, weights: Sequence[float]) -> Callable[[int], float]:
         """f(b) for 1 ≤ b ≤ capacity under the linear model (`intercept`, `weights`) of
         `scenario`: what `features_at(b)` and that model's `predict` give, bit for bit (the
-        same features, the same sum in the same order), in one call instead of five. The
-        predictions TimeToBudget and the SlidingChunker make for b ≥ 1 go through here when
-        their model tells its linear parts (`budget.queue_time_function`). b is not
-        range-checked: outside [1, capacity] the value means nothing."""
-        cum_remaining, prefix_max, cached = self._cum_remaining, self._prefix_max, self._cached
-        cum_cached_attention, cum_square = self._cum_cached_attention, self._cum_square
-        cum_cached, decode_kv, num_decodes = self._cum_cached, self._decode_kv, self._num_decodes
-        weights = tuple(weights)
-        k1, k2, k3 = SEGMENT_KNOTS
+        same features, the same sum in the same order), without the namedtuples and the
+        calls between. The predictions TimeToBudget and the SlidingChunker make for b ≥ 1
+        go through here when their model tells its linear parts
+        (`budget.queue_time_function`). b is not range-checked."""
+        values_at, weights = self._values_at, tuple(weights)
 
         def time_at(b: int) -> float:
-            k = bisect_left(cum_remaining, b)
-            c = b - cum_remaining[k - 1]
-            largest = prefix_max[k - 1]
-            cached_attention = cum_cached_attention[k - 1] + c * cached[k - 1]
-            square = cum_square[k - 1] + c * c
-            total = num_decodes + b
-            x = (
-                cached_attention + square,
-                square,
-                decode_kv + cum_cached[k],
-                num_decodes,
-                decode_kv,
-                b,
-                c if c > largest else largest,
-                k,
-                cached_attention,
-                -(-total // TILE_TOKENS),
-                0 if total <= k1 else (k2 - k1 if total >= k2 else total - k1),
-                0 if total <= k2 else (k3 - k2 if total >= k3 else total - k2),
-                total - k3 if total > k3 else 0,
-            )
-            return sum(map(mul, weights, x), intercept)
+            return sum(map(mul, weights, values_at(b)), intercept)
 
         return time_at
 
