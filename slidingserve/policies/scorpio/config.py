@@ -12,11 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slidingserve.core.checks import require_int, require_number
+from slidingserve.policies.output_lengths import SHAREGPT_MEAN_OUTPUT
 from slidingserve.predictor import FEATURE_SETS
-
-SHAREGPT_MEAN_OUTPUT = 439
-"""Mean output length, tokens, of the embedded ShareGPT distribution (the default workload);
-arXiv's is 293."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from slidingserve.policies.common import (
     planning_predictor,
     token_budget,
 )
+from slidingserve.policies.output_lengths import SHAREGPT_MEAN_OUTPUT, OutputLengths
 from slidingserve.policies.slidingserve.admission import DecodeRoom, StepOverhead
 from slidingserve.policies.slidingserve.budget import budget_windows, rounded_total, split_budget
 from slidingserve.policies.slidingserve.chunker import ChunkChoice, QueueTimes, queue_head
@@ -93,6 +94,8 @@ class SlidingServePolicy(Policy):
         self.triage = QueueTriage(config.triage) if config.triage else None
         # Arrivals of prompt tokens, for the decode release's forecast
         self.demand = PromptDemand()
+        # Output lengths of the requests that have left, for the forecast's horizon
+        self.outputs = OutputLengths(SHAREGPT_MEAN_OUTPUT)
         self._last_step = -math.inf  # `now` of the latest step: later arrivals are new
         # what `_unfit` saw last; before the first step, an empty queue at the seed rate
         self._admission_queue = AdmissionQueue(0.0, self.rate.value / config.budget.time_margin, ())
@@ -112,6 +115,7 @@ class SlidingServePolicy(Policy):
     def schedule(self, view: SchedulerView) -> Plan:
         if self.config.budget.release_decodes:
             self.demand.observe(view.now, view.waiting)
+            self.outputs.observe(view.running, view.waiting)
         watch = Stopwatch(self.model)
         refused = self._hopeless(view) if self.config.admission else []
         if refused:
@@ -159,6 +163,7 @@ class SlidingServePolicy(Policy):
                 budget.time_margin,
                 costs,
                 self.demand,
+                self.outputs,
                 budget.release_decodes,
             )
         horizons = budget_windows(budget, view.decoding, view.now, decode_time, bounding)

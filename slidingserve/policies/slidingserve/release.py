@@ -10,6 +10,8 @@ made when the forecast says that keeping those decodes on time costs at least `R
 
 - over the tightest decode's remaining life (at most `FORECAST_HORIZON`), the prompts to
   prefill are those queued now plus those arriving at the observed rate (`PromptDemand`);
+  that life is the policy's estimate from the outputs of the requests that have left
+  (`OutputLengths.remaining`), never the request's own output length;
 - the prefill the decodes let through in that time is `prefill_supply`: the slack of the
   tightest decode still bounding, spent in full batches, then the room under each TBT
   window beside the decodes;
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from slidingserve.core.request import Request
+    from slidingserve.policies.output_lengths import OutputLengths
 
 RELEASE_GAIN = 3.0  # first tokens a release must save per decode released (measured: 1 and 2
 # released decodes the A100 with Llama-2-7B could have kept; docs/results.md §8.1)
@@ -94,6 +97,7 @@ def bounding_decodes(
     time_margin: float,
     costs: DecodeCosts,
     demand: PromptDemand,
+    outputs: OutputLengths,
     max_released: int,
 ) -> list[Request]:
     """The decodes that still bound the budget: all but the m ≤ `max_released` tightest,
@@ -105,7 +109,7 @@ def bounding_decodes(
     if not safe or not queued or demand.mean_prompt <= 0:
         return list(decoding)
     tightest = safe[0]
-    remaining = tightest.output_len - tightest.num_generated
+    remaining = outputs.remaining(tightest.num_generated)
     horizon = min(FORECAST_HORIZON, remaining * tightest.slo.tbt)
     need = queued + demand.rate * horizon
     tbt = min(r.slo.tbt for r in safe)

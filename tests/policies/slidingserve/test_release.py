@@ -9,6 +9,7 @@ import pytest
 from factories import make_decoding, make_request
 
 from slidingserve.core import Request
+from slidingserve.policies.output_lengths import OutputLengths
 from slidingserve.policies.slidingserve.release import (
     DEMAND_WINDOW,
     DecodeCosts,
@@ -22,11 +23,15 @@ COSTS = DecodeCosts(decode_time=0.045, per_token=1e-4, max_tokens=2048)
 NOW = 1.0
 
 
-def decodes(protected: bool = False) -> list[Request]:
-    """Two decodes of 1,999 tokens left: slack 50 ms and 3 s."""
-    tight = make_decoding("tight", ttft=1.0, output=2000)
+def decodes(protected: bool = False, output: int = 2000) -> list[Request]:
+    """Two decodes, slack 50 ms and 3 s, expected to emit 2,000 tokens more (`OUTPUTS`)
+    whatever their true `output`."""
+    tight = make_decoding("tight", ttft=1.0, output=output)
     tight.slo = dataclasses.replace(tight.slo, protected=protected)
-    return [tight, make_decoding("rich", ttft=3.95, output=2000)]
+    return [tight, make_decoding("rich", ttft=3.95, output=output)]
+
+
+OUTPUTS = OutputLengths(prior=2000)  # no request has left: every decode 2,000 tokens more
 
 
 def demand(rate: float) -> PromptDemand:
@@ -35,9 +40,10 @@ def demand(rate: float) -> PromptDemand:
     return observed
 
 
-def bounding(rate: float, protected: bool = False) -> list[str]:
+def bounding(rate: float, protected: bool = False, output: int = 2000) -> list[str]:
     queue = [make_request("p", arrival=0.9, prompt=3000, ttft=5.0)]
-    kept = bounding_decodes(decodes(protected), queue, NOW, 1.1, COSTS, demand(rate), 4)
+    running = decodes(protected, output)
+    kept = bounding_decodes(running, queue, NOW, 1.1, COSTS, demand(rate), OUTPUTS, 4)
     return [r.request_id for r in kept]
 
 
@@ -46,6 +52,12 @@ def test_the_tightest_decode_is_released_when_that_saves_three_first_tokens_or_m
     # decode bounding, about 60,400 get through (7.3 prompts short), with the rich one
     # about 84,500 (none short).
     assert bounding(1200.0) == ["rich"]
+
+
+def test_the_forecast_reads_the_learned_output_not_the_true_one() -> None:
+    # A tight decode with 2 tokens left in truth would end within 0.1 s: a forecast told
+    # that would never release it. No policy is told it, so the decision stays.
+    assert bounding(1200.0, output=3) == ["rich"]
 
 
 def test_no_release_when_it_saves_fewer() -> None:
