@@ -10,10 +10,9 @@ the count.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -35,10 +34,10 @@ class OutputLengths:
 
     def __init__(self, prior: float) -> None:
         self.prior = prior  # tokens: the mean output assumed until `MIN_SAMPLES` have left
-        self.lengths: deque[int] = deque(maxlen=MAX_SAMPLES)
+        self.lengths: deque[int] = deque(maxlen=MAX_SAMPLES)  # in the order they left
+        self._ordered: list[int] = []  # the same lengths, ascending
+        self._total = 0  # their sum
         self._running: dict[str, Request] = {}
-        self._sorted: np.ndarray | None = None  # `lengths` sorted, with suffix sums
-        self._suffix: np.ndarray | None = None
 
     def observe(self, running: Iterable[Request], waiting: Iterable[Request]) -> None:
         """Fold in the requests that were running and are now in neither queue (they
@@ -49,16 +48,24 @@ class OutputLengths:
             departed -= {r.request_id for r in waiting}
             for key, request in self._running.items():  # in admission order
                 if key in departed and request.num_generated:
-                    self.lengths.append(request.num_generated)
-                    self._sorted = None
+                    self._add(request.num_generated)
         self._running = now_running
+
+    def _add(self, length: int) -> None:
+        if len(self.lengths) == MAX_SAMPLES:
+            oldest = self.lengths[0]
+            del self._ordered[bisect_left(self._ordered, oldest)]
+            self._total -= oldest
+        self.lengths.append(length)
+        insort(self._ordered, length)
+        self._total += length
 
     @property
     def mean(self) -> float:
         """Tokens: the mean of the lengths seen, or the prior before `MIN_SAMPLES`."""
         if len(self.lengths) < MIN_SAMPLES:
             return self.prior
-        return sum(self.lengths) / len(self.lengths)
+        return self._total / len(self.lengths)
 
     def remaining(self, generated: int) -> float:
         """Tokens a request that has emitted `generated` is expected still to emit: the
@@ -67,15 +74,9 @@ class OutputLengths:
         have left, is taken to emit a mean output more."""
         if len(self.lengths) < MIN_SAMPLES:
             return self.prior
-        ordered, suffix = self._tables()
-        first = int(np.searchsorted(ordered, generated, side="right"))
+        ordered = self._ordered
+        first = bisect_right(ordered, generated)
         tail = len(ordered) - first
         if tail < MIN_TAIL:
-            return float(suffix[0]) / len(ordered)
-        return float(suffix[first]) / tail - generated
-
-    def _tables(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._sorted is None or self._suffix is None:
-            self._sorted = np.sort(np.fromiter(self.lengths, dtype=np.int64))
-            self._suffix = np.concatenate((np.cumsum(self._sorted[::-1])[::-1], [0]))
-        return self._sorted, self._suffix
+            return self._total / len(ordered)
+        return sum(ordered[first:]) / tail - generated

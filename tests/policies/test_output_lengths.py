@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 import pytest
 from factories import make_decoding, make_request
 from hypothesis import given
@@ -64,3 +66,15 @@ def test_the_remaining_output_agrees_with_its_definition(lengths: list[int], don
     mean = sum(lengths) / len(lengths)
     expected = sum(longer) / len(longer) if len(longer) >= MIN_TAIL else mean
     assert outputs.remaining(done) == pytest.approx(expected)
+
+
+def test_only_the_most_recent_lengths_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("slidingserve.policies.output_lengths.MAX_SAMPLES", 25)
+    outputs = OutputLengths(439.0)
+    outputs.lengths = deque(maxlen=25)
+    for round_, length in enumerate([1000] * 5 + [10] * 25):
+        request = make_decoding(f"r{round_}", generated=length)
+        outputs.observe([request], [])
+        outputs.observe([], [])
+    assert list(outputs.lengths) == [10] * 25  # the five long ones left the window
+    assert (outputs.mean, outputs.remaining(5)) == (10.0, 5.0)
