@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
     from slidingserve.core.request import Request
 
@@ -26,6 +26,21 @@ arXiv's is 293. The prior of every learner that assumes one number before reques
 MIN_SAMPLES = 20  # requests that must have left before the learned lengths replace the prior
 MIN_TAIL = 5  # lengths beyond a request's count needed for a conditional mean
 MAX_SAMPLES = 4096  # the most recent lengths kept
+
+Seen = TypeVar("Seen")
+
+
+def departures(
+    before: Mapping[str, Seen], running: Mapping[str, object], waiting: Iterable[Request]
+) -> list[Seen]:
+    """What `before` (by request id, in its order) holds of the requests that were running
+    and are now in neither `running` (by request id) nor `waiting`: those that finished. A
+    preempted request is back in `waiting` and has not left."""
+    gone = before.keys() - running.keys()
+    if not gone:
+        return []
+    gone -= {r.request_id for r in waiting}
+    return [seen for key, seen in before.items() if key in gone]
 
 
 class OutputLengths:
@@ -43,12 +58,9 @@ class OutputLengths:
         """Fold in the requests that were running and are now in neither queue (they
         finished; a preempted one is back in `waiting`), with the tokens they emitted."""
         now_running = {r.request_id: r for r in running}
-        departed = self._running.keys() - now_running.keys()
-        if departed:
-            departed -= {r.request_id for r in waiting}
-            for key, request in self._running.items():  # in admission order
-                if key in departed and request.num_generated:
-                    self._add(request.num_generated)
+        for request in departures(self._running, now_running, waiting):
+            if request.num_generated:
+                self._add(request.num_generated)
         self._running = now_running
 
     def _add(self, length: int) -> None:

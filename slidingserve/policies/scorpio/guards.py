@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from slidingserve.policies.output_lengths import MIN_SAMPLES, departures
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
@@ -93,7 +95,7 @@ class OutputLengthMean:
     from what every policy sees: each running request's tokens so far, and its absence once
     it has finished. Until `MIN_SAMPLES` have left it gives the prior."""
 
-    MIN_SAMPLES = 20
+    MIN_SAMPLES = MIN_SAMPLES
 
     def __init__(self, prior: float) -> None:
         self.prior = prior  # tokens, assumed until enough requests have left
@@ -109,10 +111,9 @@ class OutputLengthMean:
     def observe(self, running: Iterable[Request], waiting: Iterable[Request]) -> None:
         """Fold in the requests that were running and are now in neither queue (finished),
         then record the running ones' tokens so far. A preempted request waits and stays."""
-        present = {r.request_id for r in waiting}
         now_running = {r.request_id: r.num_generated for r in running}
-        for request_id, generated in self._generated.items():
-            if request_id not in now_running and request_id not in present and generated:
+        for generated in departures(self._generated, now_running, waiting):
+            if generated:
                 self.total += generated
                 self.count += 1
         self._generated = now_running
