@@ -47,6 +47,14 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--budget", type=float, default=60.0, help="minutes the live trials may take at most"
     )
+    parser.add_argument(
+        "--interleave",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="every policy's server up at once, their trials interleaved so that the "
+        "machine's drift moves them alike (default: on with vLLM's CPU build; off on a GPU, "
+        "where each server takes most of its memory)",
+    )
     parser.add_argument("--out-dir", type=Path, default=VALIDATE_OUT_DIR)
     parser.set_defaults(handler=run)
 
@@ -60,6 +68,7 @@ def _keep(path: Path, curve: PolicyCurve) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Validate; print the tables, write validation.json and validation.png."""
+    from slidingserve.engines.vllm.runtime import is_cpu_build
     from slidingserve.live.validation import ValidationSettings, validate
     from slidingserve.live.validation_report import plot, report, summary
     from slidingserve.predictor.steps import load_engine_steps
@@ -67,7 +76,10 @@ def run(args: argparse.Namespace) -> int:
 
     args.repeats = args.seeds
     live = live_settings(args)
-    settings = ValidationSettings(live, tuple(args.loads), budget_s=60 * args.budget)
+    interleave = is_cpu_build() if args.interleave is None else args.interleave
+    settings = ValidationSettings(
+        live, tuple(args.loads), budget_s=60 * args.budget, interleave=interleave
+    )
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     steps = load_engine_steps(args.steps) if args.steps is not None else None
     kept = args.out_dir / "live-curves.jsonl"

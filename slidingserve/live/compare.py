@@ -131,7 +131,7 @@ class Trials(Protocol):
 
 
 class LiveTrials:
-    """Trials on live servers: one per policy, started in turn; each trial a bench run."""
+    """Trials on live servers, one per policy; each trial a bench run on its policy's."""
 
     venue = "this machine"
     goodput_label = "goodput"
@@ -139,7 +139,7 @@ class LiveTrials:
     def __init__(self, settings: LiveSettings) -> None:
         self.settings = settings
         self.specs: dict[str, ServerSpec] = {}
-        self.url: str | None = None  # the running server's, inside `serving`
+        self.urls: dict[str, str] = {}  # the running servers', by policy, in start order
         # Every run salts its prefix cache apart: a later run re-sends the same seeds'
         # prompts, which would otherwise start from the cache an earlier run left (the
         # simulator starts each run cold). Requests of one run still share prefixes.
@@ -156,36 +156,42 @@ class LiveTrials:
 
     @contextlib.contextmanager
     def serving(self, policy: str) -> Iterator[None]:
-        """`policy`'s server, up while the block runs; its log is server-POLICY.log, or
-        server-POLICY-2.log (3, ...) when these trials served the policy before (a
-        validation serves vLLM's `fcfs` again at the end), so none of their logs is
-        overwritten."""
+        """`policy`'s server, up while the block runs (blocks may nest: servers of several
+        policies up at once); its log is server-POLICY.log, or server-POLICY-2.log (3, ...)
+        when these trials served the policy before (a validation serves vLLM's `fcfs` again
+        at the end), so none of their logs is overwritten."""
+        if policy in self.urls:
+            raise RuntimeError(f"{policy}'s server is already running")
         self._served[policy] = served = self._served.get(policy, 0) + 1
         stem = f"server-{policy.replace(':', '-')}" + (f"-{served}" if served > 1 else "")
         log = self.settings.out_dir / f"{stem}.log"
         with running_server(self.specs[policy], log) as url:
-            self.url = url
+            self.urls[policy] = url
             try:
                 yield
             finally:
-                self.url = None
+                del self.urls[policy]
 
     def probe(self, workload: WorkloadConfig, rate: float, seed: int) -> RunMetrics:
-        return self._bench(workload, rate, seed)
+        """On the server started last of those running."""
+        if not self.urls:
+            raise RuntimeError("probes run inside `serving`, while a server runs")
+        return self._bench(list(self.urls.values())[-1], workload, rate, seed)
 
     def run(self, policy: str, rate: float, seed: int, scale: float) -> RunMetrics:
+        if policy not in self.urls:
+            raise RuntimeError(f"{policy}'s trials run inside its `serving`, while it runs")
         spec = self.specs[policy]
         priority = spec.is_builtin and spec.builtin == "priority"
-        return self._bench(self.settings.workload_config(scale), rate, seed, priority)
+        workload = self.settings.workload_config(scale)
+        return self._bench(self.urls[policy], workload, rate, seed, priority)
 
     def _bench(
-        self, workload: WorkloadConfig, rate: float, seed: int, priority: bool = False
+        self, url: str, workload: WorkloadConfig, rate: float, seed: int, priority: bool = False
     ) -> RunMetrics:
-        """A bench run on the running server; `priority`: send vLLM's priority field."""
-        if self.url is None:
-            raise RuntimeError("trials run inside `serving`, while a server runs")
+        """A bench run on the server at `url`; `priority`: send vLLM's priority field."""
         config = BenchConfig(
-            self.url,
+            url,
             workload,
             rate=rate,
             seed=seed,

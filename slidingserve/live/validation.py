@@ -15,6 +15,12 @@ has a measured and a predicted value (`validation_figures.py`).
   falls with the load, so the rates below pass too (the simulator's search assumes the
   same). A curve that passes the highest rate climbs above it, one that fails the lowest
   goes on below it, by the grid's step, at most `EXTRA_RATES` rates either way.
+- **Every policy in step, on servers up side by side.** A shared machine's speed drifts
+  by 10–20% in an hour, so curves run one after another compare the machine's moments as
+  much as the policies (docs/results.md §9). With `interleave` (the default on a CPU
+  build) every policy's server stays up and the curves advance together: each round runs
+  every unfinished policy at its next rate, every policy at a seed before the next seed
+  (`run_curves`); the idle servers wait on their queues and cost memory only.
 - **Goodput per seed**, between the highest rate the seed passes (with every measured rate
   below it) and the next one up, interpolated linearly in the violating share; a curve
   that never passed or never failed gives a bound, which no error or ratio uses. Policies
@@ -28,6 +34,7 @@ has a measured and a predicted value (`validation_figures.py`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -72,6 +79,7 @@ class ValidationSettings:
     capacity_requests: int = 0  # requests of the capacity run (0: the trials' count)
     curve_points: int = 12  # simulated rates per policy for the plot's lines
     budget_s: float = 3600.0  # the live trials' most expected wall time
+    interleave: bool = True  # every policy's server up at once, their trials interleaved
 
     def __post_init__(self) -> None:
         if not self.loads or any(not 0 < load <= 2 for load in self.loads):
@@ -140,6 +148,100 @@ def _rates_to_run(
             return
 
 
+class CurveSearch:
+    """One policy's walk over the rates (`_rates_to_run`): the rate its seeds run at next,
+    and the trials measured so far."""
+
+    def __init__(self, policy: str, rates: Sequence[float], threshold: float) -> None:
+        self.policy = policy
+        self.threshold = threshold
+        self.measured: list[Trial] = []
+        self.batch: list[Trial] = []  # the trials at the rate now running
+        self._rates = _rates_to_run(rates, grid_step(rates), self._every_seed_passed)
+
+    def _every_seed_passed(self) -> bool:
+        return all(trial.violation_rate <= self.threshold for trial in self.batch)
+
+    def next_rate(self) -> float | None:
+        """The rate every seed runs at next, once the batch before is judged; None: done."""
+        rate = next(self._rates, None)
+        self.measured.extend(self.batch)
+        self.batch = []
+        return rate
+
+    def curve(self) -> PolicyCurve:
+        return PolicyCurve(self.policy, tuple(self.measured + self.batch))
+
+
+def run_curves(
+    trials: Trials,
+    settings: ValidationSettings,
+    policies: Sequence[str],
+    rates: Sequence[float],
+    scale: float,
+    progress: Progress | None = None,
+    capacity: float = math.inf,
+    measured: Callable[[PolicyCurve], None] = lambda _: None,
+) -> dict[str, PolicyCurve]:
+    """Every policy's curve (`CurveSearch`), interleaved: each round takes every unfinished
+    policy to its next rate and runs it seed by seed, every policy at a seed before the next
+    seed, in an order that turns by one with each seed. A machine whose speed drifts then
+    moves every policy alike instead of the ones that ran last. `measured` gets each curve
+    as it is done."""
+    searches = [CurveSearch(policy, rates, settings.threshold) for policy in policies]
+    due = {search.policy: search.next_rate() for search in searches}
+    turn = 0
+    while active := [search for search in searches if due[search.policy] is not None]:
+        for seed in settings.seeds:
+            for search in active[turn % len(active) :] + active[: turn % len(active)]:
+                rate = due[search.policy]
+                assert rate is not None
+                metrics = trials.run(search.policy, rate, seed, scale)
+                search.batch.append(Trial.of(rate, seed, metrics))
+                if progress is not None:
+                    _tell(progress, settings, search, rate, rates, capacity)
+            turn += 1
+        for search in active:
+            due[search.policy] = search.next_rate()
+            if due[search.policy] is None:
+                measured(search.curve())
+                if progress is not None:
+                    _skip_unrun(progress, settings, search.curve(), rates, capacity)
+    return {search.policy: search.curve() for search in searches}
+
+
+def _tell(
+    progress: Progress,
+    settings: ValidationSettings,
+    search: CurveSearch,
+    rate: float,
+    grid: Sequence[float],
+    capacity: float,
+) -> None:
+    """The progress after a trial; a rate beyond the grid adds its trial to the plan."""
+    expected = trial_seconds(settings.live.requests, rate, capacity)
+    if rate not in grid:
+        progress.skip(-expected)
+    trial = search.batch[-1]
+    what = f"{search.policy} at {rate:.2f} req/s, seed {trial.seed}: {trial.violation_rate:.1%}"
+    progress.advance(expected, what)
+
+
+def _skip_unrun(
+    progress: Progress,
+    settings: ValidationSettings,
+    curve: PolicyCurve,
+    grid: Sequence[float],
+    capacity: float,
+) -> None:
+    """The planned trials a finished curve did not need."""
+    ran = {trial.rate for trial in curve.trials}
+    for rate in grid:
+        if rate not in ran:
+            expected = trial_seconds(settings.live.requests, rate, capacity)
+            progress.skip(expected * len(settings.seeds))
+
+
 def run_curve(
     trials: Trials,
     settings: ValidationSettings,
@@ -149,31 +251,8 @@ def run_curve(
     progress: Progress | None = None,
     capacity: float = math.inf,
 ) -> PolicyCurve:
-    """`policy`'s trials, every seed at each rate of `_rates_to_run` (the module docstring)."""
-    measured: list[Trial] = []
-    batch: list[Trial] = []
-
-    def every_seed_passed() -> bool:
-        return all(trial.violation_rate <= settings.threshold for trial in batch)
-
-    for rate in _rates_to_run(rates, grid_step(rates), every_seed_passed):
-        batch = []
-        for seed in settings.seeds:
-            batch.append(Trial.of(rate, seed, trials.run(policy, rate, seed, scale)))
-            if progress is not None:
-                expected = trial_seconds(settings.live.requests, rate, capacity)
-                if rate not in rates:  # beyond the grid: not in the plan
-                    progress.skip(-expected)
-                what = f"{policy} at {rate:.2f} req/s, seed {seed}: {batch[-1].violation_rate:.1%}"
-                progress.advance(expected, what)
-        measured.extend(batch)
-    if progress is not None:
-        unrun = [rate for rate in rates if rate not in {trial.rate for trial in measured}]
-        for rate in unrun:
-            progress.skip(
-                trial_seconds(settings.live.requests, rate, capacity) * len(settings.seeds)
-            )
-    return PolicyCurve(policy, tuple(measured))
+    """`policy`'s trials alone, every seed at each rate of `_rates_to_run`."""
+    return run_curves(trials, settings, [policy], rates, scale, progress, capacity)[policy]
 
 
 def run_lines(
@@ -216,12 +295,22 @@ class _Venue:
     scale: float
     progress: Progress | None
 
-    def curve(self, policy: str) -> PolicyCurve:
-        """On `policy`'s running server (warmed up): its curve."""
-        return run_curve(
-            self.trials, self.settings, policy, self.rates, self.scale, self.progress,
-            self.capacity,
+    def curves(
+        self, policies: Sequence[str], measured: Callable[[PolicyCurve], None]
+    ) -> dict[str, PolicyCurve]:
+        """On the policies' running servers (warmed up): their curves, interleaved."""
+        return run_curves(
+            self.trials, self.settings, policies, self.rates, self.scale, self.progress,
+            self.capacity, measured,
         )  # fmt: skip
+
+    def start(self, policy: str, servers: contextlib.ExitStack) -> None:
+        """`policy`'s server started (until `servers` closes) and warmed up."""
+        servers.enter_context(self.trials.serving(policy))
+        _warm_up(self.trials, self.settings)
+        if self.progress is not None:
+            started = startup_seconds(self.settings, self.capacity)
+            self.progress.advance(started, f"{policy}: server started and warmed up")
 
 
 def run_venue(
@@ -238,20 +327,23 @@ def run_venue(
 ) -> VenueResult:
     """Every policy's curve in one venue.
 
-    The reference server runs first: it warms up, measures the capacity and (unless `scale`
-    is given) calibrates the SLO scale, then runs its own trials when it is compared.
-    `grid` (req/s) defaults to the loads × this venue's capacity, checked against the
-    budget; the simulated twin gets the live grid and scale. `lines`: also run every policy
-    on the dense rates of the plot. `measured` gets each policy's curve as it is done.
-    `closing`: start the reference server again after every policy and measure the
-    capacity once more, so that the result says how far the engine's speed moved while
-    the trials ran (a shared machine's does; the twin's profile is of one moment).
+    The reference server starts first: it warms up, measures the capacity and (unless
+    `scale` is given) calibrates the SLO scale. With `settings.interleave` every other
+    policy's server then starts beside it and all the curves run together (`run_curves`);
+    without, each policy's server runs its curve alone, in turn. `grid` (req/s) defaults to
+    the loads × this venue's capacity, checked against the budget; the simulated twin gets
+    the live grid and scale. `lines`: also run every policy on the dense rates of the plot.
+    `measured` gets each policy's curve as it is done. `closing`: once every server has
+    stopped, start the reference server again and measure the capacity once more, so that
+    the result says how far the engine's speed moved while the trials ran (a shared
+    machine's does; the twin's profile is of one moment).
     """
     for policy in [REFERENCE_POLICY, *policies]:
         trials.check(policy)
     order = ordered_policies(policies)
     curves: dict[str, PolicyCurve] = {}
-    with trials.serving(REFERENCE_POLICY):
+    with contextlib.ExitStack() as servers:
+        servers.enter_context(trials.serving(REFERENCE_POLICY))
         _warm_up(trials, settings)
         capacity = measure_capacity(trials, settings)
         say(f"{trials.venue}: capacity {capacity:.2f} req/s (every request at once)")
@@ -264,18 +356,16 @@ def run_venue(
         if grid is None:
             progress = _progress(settings, order, capacity, closing, say, clock)
         venue = _Venue(trials, settings, capacity, rates, scale, progress)
-        if order[0] == REFERENCE_POLICY:
-            curves[REFERENCE_POLICY] = venue.curve(REFERENCE_POLICY)
-            measured(curves[REFERENCE_POLICY])
-    for policy in order[1:] if curves else order:
-        with trials.serving(policy):
-            _warm_up(trials, settings)
-            if progress is not None:
-                progress.advance(
-                    startup_seconds(settings, capacity), f"{policy}: server started and warmed up"
-                )
-            curves[policy] = venue.curve(policy)
-            measured(curves[policy])
+        if settings.interleave:
+            for policy in order[1:] if order[0] == REFERENCE_POLICY else order:
+                venue.start(policy, servers)
+            curves = venue.curves(order, measured)
+        elif order[0] == REFERENCE_POLICY:
+            curves = venue.curves([REFERENCE_POLICY], measured)
+    for policy in [policy for policy in order if policy not in curves]:
+        with contextlib.ExitStack() as servers:
+            venue.start(policy, servers)
+            curves |= venue.curves([policy], measured)
     closing_capacity = _closing_capacity(venue, say) if closing else None
     dense: dict[str, PolicyCurve] = {}
     if lines:

@@ -148,13 +148,46 @@ def test_every_live_run_salts_the_prefix_cache_apart(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(live_compare, "run_bench", fake_bench)
     trials = live_compare.LiveTrials(SETTINGS)
     trials.check("slidingserve")
-    trials.url = "http://127.0.0.1:1"
+    trials.urls["slidingserve"] = "http://127.0.0.1:1"
     workload = SETTINGS.workload_config(1.0)
     trials.probe(workload, 1.0, 0)
     trials.run("slidingserve", 1.0, 0, 1.0)
     trials.run("slidingserve", 2.0, 0, 1.0)
     salts = [config.cache_salt for config in sent]
     assert len(set(salts)) == 3 and all(salts)
+
+
+def test_live_trials_send_each_policy_s_runs_to_its_own_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Servers of several policies may be up at once (`validate` interleaves them): a trial
+    goes to its policy's, a probe (a warm-up) to the one started last."""
+    import slidingserve.live.compare as live_compare
+
+    sent: list[str] = []
+
+    class Ran:
+        class summary:  # noqa: N801 - the shape run_bench returns
+            metrics = metrics(0.0)
+
+    def fake_bench(config: BenchConfig) -> Ran:
+        sent.append(config.url)
+        return Ran()
+
+    monkeypatch.setattr(live_compare, "run_bench", fake_bench)
+    trials = live_compare.LiveTrials(SETTINGS)
+    for policy in ("slidingserve", "vllm:fcfs", "qoserve"):
+        trials.check(policy)
+    trials.urls |= {"vllm:fcfs": "http://fcfs", "slidingserve": "http://ours"}
+    trials.run("slidingserve", 1.0, 0, 1.0)
+    trials.run("vllm:fcfs", 1.0, 0, 1.0)
+    trials.probe(SETTINGS.workload_config(1.0), 1.0, 0)
+    assert sent == ["http://ours", "http://fcfs", "http://ours"]
+    with pytest.raises(RuntimeError, match="qoserve's trials run inside its `serving`"):
+        trials.run("qoserve", 1.0, 0, 1.0)
+    trials.urls.clear()
+    with pytest.raises(RuntimeError, match="probes run inside `serving`"):
+        trials.probe(SETTINGS.workload_config(1.0), 1.0, 0)
 
 
 def test_a_policy_served_again_writes_a_log_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,6 +22,7 @@ from slidingserve.live.validation import (
     ValidationSettings,
     ordered_policies,
     run_curve,
+    run_curves,
     run_venue,
     validate,
 )
@@ -135,6 +136,69 @@ def test_one_noisy_seed_keeps_the_rates_going_down() -> None:
     assert curve.seed_goodput(0, 0.01).value == pytest.approx(4.0 + 2.0 * 0.01 / 0.5)
     assert curve.seed_goodput(0, 0.01).exact
     assert curve.seed_goodput(1, 0.01).bound == "<"  # 5% late at every rate
+
+
+def test_interleaved_curves_run_every_policy_at_a_seed_before_the_next_seed() -> None:
+    trials = StepTrials({"a": 5.0, "b": 7.0, "c": 100.0})
+    settings = dataclasses.replace(SETTINGS, live=dataclasses.replace(SETTINGS.live, repeats=3))
+    curves = run_curves(trials, settings, ["a", "b", "c"], [4.0, 6.0, 8.0], scale=1.0)
+    # round 1: all at 8, the order turning by one with each seed; c passes 8 and climbs
+    assert trials.runs[:9] == [("a", 8.0, 0), ("b", 8.0, 0), ("c", 8.0, 0),
+                               ("b", 8.0, 1), ("c", 8.0, 1), ("a", 8.0, 1),
+                               ("c", 8.0, 2), ("a", 8.0, 2), ("b", 8.0, 2)]  # fmt: skip
+    # round 2: a at 6, b at 6 (passes: done), c at 8 × 4/3
+    second = {policy: rate for policy, rate, _ in trials.runs[9:18]}
+    assert second == {"a": 6.0, "b": 6.0, "c": pytest.approx(32 / 3)}
+    # each curve is the one it has alone
+    for policy in "abc":
+        alone = run_curve(StepTrials(trials.limits), settings, policy, [4.0, 6.0, 8.0], 1.0)
+        assert curves[policy] == alone
+    assert curves["a"].rates == [4.0, 6.0, 8.0] and curves["b"].rates == [6.0, 8.0]
+
+
+def test_interleaved_curves_are_handed_over_as_each_is_done() -> None:
+    done: list[str] = []
+    run_curves(StepTrials({"a": 5.0, "b": 7.0}), SETTINGS, ["a", "b"], [4.0, 6.0, 8.0], 1.0,
+               measured=lambda curve: done.append(curve.policy))  # fmt: skip
+    assert done == ["b", "a"]  # b passes 6, a only 4
+
+
+class ServerTrials(StepTrials):
+    """A fake venue that notes the servers up while each trial runs."""
+
+    def __init__(self, limits: dict[str, float]) -> None:
+        super().__init__(limits)
+        self.up: list[str] = []
+        self.up_at_run: list[tuple[str, ...]] = []
+
+    @contextlib.contextmanager
+    def serving(self, policy: str) -> Iterator[None]:
+        self.up.append(policy)
+        try:
+            yield
+        finally:
+            self.up.remove(policy)
+
+    def run(self, policy: str, rate: float, seed: int, scale: float) -> RunMetrics:
+        assert policy in self.up
+        self.up_at_run.append(tuple(self.up))
+        return super().run(policy, rate, seed, scale)
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+def test_servers_are_up_together_only_when_interleaved(interleave: bool) -> None:
+    trials = ServerTrials({"a": 5.0, "b": 7.0, REFERENCE_POLICY: 3.0})
+    live = dataclasses.replace(SETTINGS.live, slo_scale=1.0)
+    settings = dataclasses.replace(SETTINGS, live=live, loads=(0.4, 0.6), interleave=interleave)
+    result = run_venue(trials, settings, ["a", REFERENCE_POLICY, "b"], lambda _: None)
+    if interleave:
+        assert set(trials.up_at_run) == {(REFERENCE_POLICY, "a", "b")}
+        assert [policy for policy, _, _ in trials.runs[:3]] == [REFERENCE_POLICY, "a", "b"]
+    else:
+        assert set(trials.up_at_run) == {(REFERENCE_POLICY,), ("a",), ("b",)}
+        assert [policy for policy, _, _ in trials.runs[:2]] == [REFERENCE_POLICY] * 2
+    assert trials.up == []
+    assert list(result.curves) == [REFERENCE_POLICY, "a", "b"]
 
 
 def test_ratios_leave_out_the_seeds_where_either_goodput_is_a_bound() -> None:

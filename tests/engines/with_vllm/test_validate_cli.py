@@ -25,6 +25,7 @@ def test_validate_connects_profile_live_trials_and_their_twin(
     assert "rank live" in printed and "TTFT p50 live" in printed
     assert "live capacity after the trials" in printed
     saved = json.loads((out / "validation.json").read_text())
+    assert saved["settings"]["interleave"]  # the CPU build's default: servers side by side
     live, simulated = saved["live"], saved["simulated"]
     assert live["capacity"] > 0 and simulated["capacity"] > 0
     assert live["closing_capacity"] > 0 and simulated["closing_capacity"] is None
