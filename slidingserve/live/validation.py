@@ -14,7 +14,9 @@ has a measured and a predicted value (`validation_figures.py`).
   from the highest down and stop at the first rate every seed passes: the violation rate
   falls with the load, so the rates below pass too (the simulator's search assumes the
   same). A curve that passes the highest rate climbs above it, one that fails the lowest
-  goes on below it, by the grid's step, at most `EXTRA_RATES` rates either way.
+  goes on below it, by the grid's step, at most `EXTRA_RATES` rates either way. Where the
+  highest rate splits the seeds, those that passed it also climb on their own until each
+  fails (`CurveSearch`): otherwise their goodputs would be bounds, which no ratio uses.
 - **Every policy in step, on servers up side by side.** A shared machine's speed drifts
   by 10–20% in an hour, so curves run one after another compare the machine's moments as
   much as the policies (docs/results.md §9). With `interleave` (the default on a CPU
@@ -24,7 +26,8 @@ has a measured and a predicted value (`validation_figures.py`).
 - **Goodput per seed**, between the highest rate the seed passes (with every measured rate
   below it) and the next one up, interpolated linearly in the violating share; a curve
   that never passed or never failed gives a bound, which no error or ratio uses. Policies
-  are compared by per-seed ratios with Student-t intervals.
+  are compared by per-seed ratios with Student-t intervals. The pooled goodput reads the
+  rates every seed ran.
 - **Every run starts cold and apart.** Each server first serves a small burst that is thrown
   away (a cold engine's first requests pay for compilation and allocation). Capacity,
   calibration and warm-up runs draw their requests from seeds of their own
@@ -149,25 +152,63 @@ def _rates_to_run(
 
 
 class CurveSearch:
-    """One policy's walk over the rates (`_rates_to_run`): the rate its seeds run at next,
-    and the trials measured so far."""
+    """One policy's walk over the rates: the trials its seeds run next, and those measured.
 
-    def __init__(self, policy: str, rates: Sequence[float], threshold: float) -> None:
+    Every seed runs each rate of `_rates_to_run` (the module docstring). When the grid's
+    top rate splits the seeds, those that passed it also climb above it on their own, by
+    the grid's step, each until it fails (at most `EXTRA_RATES` rates), so that their
+    goodputs are measured rather than bounds while every seed goes down the grid."""
+
+    def __init__(
+        self, policy: str, rates: Sequence[float], seeds: Sequence[int], threshold: float
+    ) -> None:
         self.policy = policy
+        self.seeds = list(seeds)
         self.threshold = threshold
+        self.top = max(rates)
+        self.step = grid_step(rates)
         self.measured: list[Trial] = []
-        self.batch: list[Trial] = []  # the trials at the rate now running
-        self._rates = _rates_to_run(rates, grid_step(rates), self._every_seed_passed)
+        self.batch: list[Trial] = []  # the trials of the round now running
+        self._rate: float | None = None  # the rate every seed runs in this round
+        self._climbs: dict[int, int] = {}  # seed: the steps above the top it runs next
+        self._rates = _rates_to_run(rates, self.step, self._every_seed_passed)
+
+    def _passed(self, trial: Trial) -> bool:
+        return trial.violation_rate <= self.threshold
 
     def _every_seed_passed(self) -> bool:
-        return all(trial.violation_rate <= self.threshold for trial in self.batch)
+        return all(self._passed(trial) for trial in self.batch if trial.rate == self._rate)
 
-    def next_rate(self) -> float | None:
-        """The rate every seed runs at next, once the batch before is judged; None: done."""
-        rate = next(self._rates, None)
+    def _climb_rate(self, steps: int) -> float:
+        return self.top * self.step**steps
+
+    def next_trials(self) -> list[tuple[float, int]]:
+        """The (rate, seed) trials of the next round, once the round before is judged;
+        none when the curve is done."""
+        self._advance_climbs()
+        self._rate = next(self._rates, None)
         self.measured.extend(self.batch)
         self.batch = []
-        return rate
+        every_seed = [(self._rate, seed) for seed in self.seeds] if self._rate else []
+        climbs = [(self._climb_rate(steps), seed) for seed, steps in self._climbs.items()]
+        return every_seed + climbs
+
+    def _advance_climbs(self) -> None:
+        """The climbs after the round just run: they start where the top splits the seeds
+        and end where their seed fails or has climbed `EXTRA_RATES` rates."""
+        if self._rate == self.top and not self.measured:  # the top's round
+            passed = [trial.seed for trial in self.batch if self._passed(trial)]
+            if len(passed) < len(self.seeds):
+                self._climbs = dict.fromkeys(passed, 1)
+            return
+        for trial in self.batch:
+            steps = self._climbs.get(trial.seed)
+            if steps is None or trial.rate != self._climb_rate(steps):
+                continue
+            if self._passed(trial) and steps < EXTRA_RATES:
+                self._climbs[trial.seed] = steps + 1
+            else:
+                del self._climbs[trial.seed]
 
     def curve(self) -> PolicyCurve:
         return PolicyCurve(self.policy, tuple(self.measured + self.batch))
@@ -183,27 +224,27 @@ def run_curves(
     capacity: float = math.inf,
     measured: Callable[[PolicyCurve], None] = lambda _: None,
 ) -> dict[str, PolicyCurve]:
-    """Every policy's curve (`CurveSearch`), interleaved: each round takes every unfinished
-    policy to its next rate and runs it seed by seed, every policy at a seed before the next
-    seed, in an order that turns by one with each seed. A machine whose speed drifts then
-    moves every policy alike instead of the ones that ran last. `measured` gets each curve
-    as it is done."""
-    searches = [CurveSearch(policy, rates, settings.threshold) for policy in policies]
-    due = {search.policy: search.next_rate() for search in searches}
+    """Every policy's curve (`CurveSearch`), interleaved: each round runs every unfinished
+    policy's next trials seed by seed, every policy at a seed before the next seed, in an
+    order that turns by one with each seed. A machine whose speed drifts then moves every
+    policy alike instead of the ones that ran last. `measured` gets each curve as it is
+    done."""
+    seeds = settings.seeds
+    searches = [CurveSearch(policy, rates, seeds, settings.threshold) for policy in policies]
+    due = {search.policy: search.next_trials() for search in searches}
     turn = 0
-    while active := [search for search in searches if due[search.policy] is not None]:
-        for seed in settings.seeds:
+    while active := [search for search in searches if due[search.policy]]:
+        for seed in seeds:
             for search in active[turn % len(active) :] + active[: turn % len(active)]:
-                rate = due[search.policy]
-                assert rate is not None
-                metrics = trials.run(search.policy, rate, seed, scale)
-                search.batch.append(Trial.of(rate, seed, metrics))
-                if progress is not None:
-                    _tell(progress, settings, search, rate, rates, capacity)
+                for rate in [rate for rate, of in due[search.policy] if of == seed]:
+                    metrics = trials.run(search.policy, rate, seed, scale)
+                    search.batch.append(Trial.of(rate, seed, metrics))
+                    if progress is not None:
+                        _tell(progress, settings, search, rate, rates, capacity)
             turn += 1
         for search in active:
-            due[search.policy] = search.next_rate()
-            if due[search.policy] is None:
+            due[search.policy] = search.next_trials()
+            if not due[search.policy]:
                 measured(search.curve())
                 if progress is not None:
                     _skip_unrun(progress, settings, search.curve(), rates, capacity)
@@ -344,18 +385,7 @@ def run_venue(
     curves: dict[str, PolicyCurve] = {}
     with contextlib.ExitStack() as servers:
         servers.enter_context(trials.serving(REFERENCE_POLICY))
-        _warm_up(trials, settings)
-        capacity = measure_capacity(trials, settings)
-        say(f"{trials.venue}: capacity {capacity:.2f} req/s (every request at once)")
-        if scale is None:
-            probe_settings = dataclasses.replace(settings.live, seed=settings.probe_seed)
-            scale = settings.live.slo_scale or calibrate(trials, probe_settings)
-            say(f"SLO scale for {trials.venue}: {scale:.3f}")
-        rates = list(grid) if grid is not None else [load * capacity for load in settings.loads]
-        progress = None
-        if grid is None:
-            progress = _progress(settings, order, capacity, closing, say, clock)
-        venue = _Venue(trials, settings, capacity, rates, scale, progress)
+        venue = _open(trials, settings, order, say, grid, scale, clock, closing)
         if settings.interleave:
             for policy in order[1:] if order[0] == REFERENCE_POLICY else order:
                 venue.start(policy, servers)
@@ -369,11 +399,38 @@ def run_venue(
     closing_capacity = _closing_capacity(venue, say) if closing else None
     dense: dict[str, PolicyCurve] = {}
     if lines:
-        dense_rates = line_rates(rates, settings.curve_points)
-        dense = {p: run_lines(trials, settings, p, dense_rates, scale) for p in order}
+        dense_rates = line_rates(venue.rates, settings.curve_points)
+        dense = {p: run_lines(trials, settings, p, dense_rates, venue.scale) for p in order}
     return VenueResult(
-        trials.venue, capacity, scale, tuple(sorted(rates)), curves, dense, closing_capacity
-    )
+        trials.venue, venue.capacity, venue.scale, tuple(sorted(venue.rates)), curves, dense,
+        closing_capacity,
+    )  # fmt: skip
+
+
+def _open(
+    trials: Trials,
+    settings: ValidationSettings,
+    order: Sequence[str],
+    say: Callable[[str], None],
+    grid: Sequence[float] | None,
+    scale: float | None,
+    clock: Callable[[], float],
+    closing: bool,
+) -> _Venue:
+    """On the reference server, just started: its warm-up, the capacity, the SLO scale
+    (unless given), the rates and the progress of the planned trials (`run_venue`)."""
+    _warm_up(trials, settings)
+    capacity = measure_capacity(trials, settings)
+    say(f"{trials.venue}: capacity {capacity:.2f} req/s (every request at once)")
+    if scale is None:
+        probe_settings = dataclasses.replace(settings.live, seed=settings.probe_seed)
+        scale = settings.live.slo_scale or calibrate(trials, probe_settings)
+        say(f"SLO scale for {trials.venue}: {scale:.3f}")
+    rates = list(grid) if grid is not None else [load * capacity for load in settings.loads]
+    progress = None
+    if grid is None:
+        progress = _progress(settings, order, capacity, closing, say, clock)
+    return _Venue(trials, settings, capacity, rates, scale, progress)
 
 
 def _progress(

@@ -132,9 +132,17 @@ class PolicyCurve:
         points = [(t.rate, t.violation_rate) for t in self.trials if t.seed == seed]
         return curve_goodput(points, threshold)
 
+    @property
+    def common_rates(self) -> list[float]:
+        """The rates every seed of the curve ran (a seed that climbed on its own ran more)."""
+        seeds = {trial.seed for trial in self.trials}
+        return [rate for rate in self.rates if {t.seed for t in self.at(rate)} == seeds]
+
     def pooled_goodput(self, threshold: float) -> Goodput:
-        """The goodput of the pooled violating shares (`curve_goodput`)."""
-        return curve_goodput([(r, self.pooled_rate(r)) for r in self.rates], threshold)
+        """The goodput of the pooled violating shares at the rates every seed ran
+        (`curve_goodput`)."""
+        points = [(rate, self.pooled_rate(rate)) for rate in self.common_rates]
+        return curve_goodput(points, threshold)
 
     def median_at(self, rate: float, name: str) -> float:
         """The median over seeds of the trials' `name` (a Trial field) at `rate`."""

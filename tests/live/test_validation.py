@@ -138,6 +138,40 @@ def test_one_noisy_seed_keeps_the_rates_going_down() -> None:
     assert curve.seed_goodput(1, 0.01).bound == "<"  # 5% late at every rate
 
 
+class SeedTrials(StepTrials):
+    """A fake venue whose policy steps up at a limit of each seed's own."""
+
+    def __init__(self, seed_limits: dict[int, float]) -> None:
+        super().__init__({"p": 0.0})
+        self.seed_limits = seed_limits
+
+    def run(self, policy: str, rate: float, seed: int, scale: float) -> RunMetrics:
+        self.runs.append((policy, rate, seed))
+        return metrics(0.5 if rate > self.seed_limits[seed] else 0.0)
+
+
+def test_seeds_that_pass_a_split_top_climb_on_their_own_until_they_fail() -> None:
+    settings = dataclasses.replace(SETTINGS, live=dataclasses.replace(SETTINGS.live, repeats=3))
+    trials = SeedTrials({0: 9.0, 1: 5.0, 2: 100.0})
+    curve = run_curve(trials, settings, "p", [4.0, 6.0, 8.0], scale=1.0)
+    step = 8.0 / 6.0
+    # round 1: every seed at the top; seeds 0 and 2 pass it, seed 1 does not
+    # round 2: every seed at 6 (seed 1 still fails) and 0 and 2 climb to 8 × step
+    # round 3: every seed at 4 (all pass: the descent ends); 2 climbs again, 0 failed
+    assert trials.runs == [("p", 8.0, 0), ("p", 8.0, 1), ("p", 8.0, 2),
+                           ("p", 6.0, 0), ("p", 8.0 * step, 0), ("p", 6.0, 1),
+                           ("p", 6.0, 2), ("p", 8.0 * step, 2),
+                           ("p", 4.0, 0), ("p", 4.0, 1), ("p", 4.0, 2),
+                           ("p", 8.0 * step**2, 2)]  # fmt: skip
+    assert curve.seed_goodput(0, 0.01).exact  # between 8 and 8 × step
+    assert curve.seed_goodput(0, 0.01).value == pytest.approx(8.0 + 8.0 * (step - 1) / 50)
+    assert curve.seed_goodput(1, 0.01).exact
+    climbed = curve.seed_goodput(2, 0.01)
+    assert climbed.bound == "≥" and climbed.value == pytest.approx(8.0 * step**2)
+    assert curve.common_rates == [4.0, 6.0, 8.0]  # the pooled goodput reads only these
+    assert curve.pooled_goodput(0.01).value == pytest.approx(4.0 + 2.0 * 0.01 / (0.5 / 3))
+
+
 def test_interleaved_curves_run_every_policy_at_a_seed_before_the_next_seed() -> None:
     trials = StepTrials({"a": 5.0, "b": 7.0, "c": 100.0})
     settings = dataclasses.replace(SETTINGS, live=dataclasses.replace(SETTINGS.live, repeats=3))
