@@ -189,7 +189,7 @@ class CurveSearch:
         self._rate = next(self._rates, None)
         self.measured.extend(self.batch)
         self.batch = []
-        every_seed = [(self._rate, seed) for seed in self.seeds] if self._rate else []
+        every_seed = [] if self._rate is None else [(self._rate, seed) for seed in self.seeds]
         climbs = [(self._climb_rate(steps), seed) for seed, steps in self._climbs.items()]
         return every_seed + climbs
 
@@ -203,7 +203,7 @@ class CurveSearch:
             return
         for trial in self.batch:
             steps = self._climbs.get(trial.seed)
-            if steps is None or trial.rate != self._climb_rate(steps):
+            if steps is None or trial.rate <= self.top:  # not a climb: the seed's grid rate
                 continue
             if self._passed(trial) and steps < EXTRA_RATES:
                 self._climbs[trial.seed] = steps + 1
