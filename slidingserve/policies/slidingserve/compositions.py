@@ -26,12 +26,14 @@ DESIGN = SlidingServeConfig(
     budget=BudgetConfig(WindowSplit(k=1), time_margin=1.1, iteration_cap=2.0, token_quantum=128),
     features="rich",
     preempt_lost_first=True,
+    yield_violated=True,
 )
 """`slidingserve`, chosen by measurement (README, "The design"): deadline order with lost
 requests last; Moore–Hodgson triage of the prefill queue at the observed rate; the greedy
 budget of the tightest decode slack ÷ 1.1, no iteration past two TBTs (one TBT of slack
 spent at most), its total rounded down to a 128-token tile; no BatchConstructor; the rich
-predictor; when the KV cache runs short, lost requests preempted first."""
+predictor; when the KV cache runs short, lost requests preempted first; the decodes of
+requests already violated left out while a live request waits for prefill."""
 
 SC_EDF = SlidingServeConfig(
     ordering=EdfOrder(), budget=BudgetConfig(PaperSplit()), features="paper"

@@ -40,6 +40,8 @@ class SlidingServeConfig:
     # that does not fit behind the queue the policy means to serve (core/queue_fit.py)
     admission_test: str = "alone"
     preempt_lost_first: bool = False  # a preemption takes a lost request first (victims.py)
+    # a violated request's decode waits while a live request waits for prefill (violated.py)
+    yield_violated: bool = False
     record_decisions: bool = True  # keep a DecisionRecord per iteration
 
     def __post_init__(self) -> None:
@@ -51,7 +53,7 @@ class SlidingServeConfig:
             raise ValueError(f"throughput_decay must be in [0, 1), got {decay!r}")
         if self.max_batch_tokens is not None:
             require_int("max_batch_tokens", self.max_batch_tokens)
-        for name in ("admission", "preempt_lost_first", "record_decisions"):
+        for name in ("admission", "preempt_lost_first", "yield_violated", "record_decisions"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.admission_test not in ADMISSION_TESTS:

@@ -43,6 +43,7 @@ SHARED = (
     "max_batch_tokens",
     "admission",
     "preempt_lost_first",
+    "yield_violated",
     "record_decisions",
 )
 
@@ -133,6 +134,7 @@ def flatten(config: SlidingServeConfig) -> dict[str, Any]:
         "admission": config.admission,
         "admission_test": config.admission_test,
         "preempt_lost_first": config.preempt_lost_first,
+        "yield_violated": config.yield_violated,
         "record_decisions": config.record_decisions,
         "overload": "none",
         "batch_constructor": config.constructor is not None,

@@ -43,6 +43,7 @@ from slidingserve.policies.slidingserve.release import (
 from slidingserve.policies.slidingserve.stats import DecisionRecord, Stopwatch, TimedModel
 from slidingserve.policies.slidingserve.triage import QueueTriage, RateSource, Triage
 from slidingserve.policies.slidingserve.victims import lost_first_victim, put_lost_last
+from slidingserve.policies.slidingserve.violated import ViolatedRequests
 from slidingserve.predictor import PrefillQueueProfile
 
 MAX_DECISIONS = 1_000_000
@@ -99,6 +100,7 @@ class SlidingServePolicy(Policy):
         self._last_step = -math.inf  # `now` of the latest step: later arrivals are new
         # what `_unfit` saw last; before the first step, an empty queue at the seed rate
         self._admission_queue = AdmissionQueue(0.0, self.rate.value / config.budget.time_margin, ())
+        self.violated = ViolatedRequests()  # read with `yield_violated`
         self.overhead = StepOverhead()  # the engine's time between steps, for `_unfit`
         self._reads_costs = bool(config.budget.iteration_cap or config.budget.release_decodes)
         self.constructor: BatchConstructor | None = None
@@ -127,6 +129,8 @@ class SlidingServePolicy(Policy):
                 refused += unfit
                 view = view.without(unfit)
         self._last_step = view.now
+        if self.config.yield_violated:
+            view = self.violated.yielding(view)
         plan = self._decide(view, watch, triage)
         if self.config.preempt_lost_first:
             put_lost_last(plan, view.now)

@@ -281,6 +281,24 @@ def test_the_first_token_s_time_reaches_the_mirror(tmp_path: Path) -> None:
     assert before <= mirror.token_times[0] <= after
 
 
+def test_a_violated_decode_yields_to_a_live_prefill_and_vllm_runs_that_plan(
+    tmp_path: Path,
+) -> None:
+    scheduler = make_scheduler(tmp_path, "slidingserve", {"yield_violated": True})
+    now = time.time()
+    # "late" missed its first token long ago; alone, it still runs.
+    scheduler.add_request(engine_request("late", 40, max_tokens=6, arrival=now - 3600))
+    assert dict(run_step(scheduler).num_scheduled_tokens) == {"late": 40}
+    # A live request of two steps' prefill: the violated decode waits for both.
+    scheduler.add_request(engine_request("fine", 200, arrival=now, ttft_ms=60_000))
+    assert dict(run_step(scheduler).num_scheduled_tokens) == {"fine": 128}
+    assert dict(run_step(scheduler).num_scheduled_tokens) == {"fine": 72}
+    # Nothing live waits now: both decode, and both finish.
+    assert set(run_step(scheduler).num_scheduled_tokens) == {"late", "fine"}
+    assert len(list(steps(scheduler))) >= 1 and not scheduler.has_requests()
+    assert scheduler.health.counts[1:3] == (0, 0)  # no fallback, no departure from a plan
+
+
 # -- admission control -------------------------------------------------------------------
 
 

@@ -96,14 +96,15 @@ class TestThroughThePolicy:
 
     def test_on_the_plan_ends_with_the_victim(self) -> None:
         view = self.view()
-        policy = self.build()  # on in the design
+        # on in the design; the yield would leave the lost decode out of the plan
+        policy = self.build(yield_violated=False)
         plan = policy.schedule(view)
         assert plan.chunks[-1].request.request_id == "lost"
         assert policy.preemption_victim(view.running, view.now).request_id == "lost"
 
     def test_off_the_newest_is_the_victim_and_the_plan_keeps_its_order(self) -> None:
         view = self.view()
-        policy = self.build(preempt_lost_first=False)
+        policy = self.build(preempt_lost_first=False, yield_violated=False)
         plan = policy.schedule(view)
         assert [c.request.request_id for c in plan.chunks] == ["lost", "live", "w"]
         assert policy.preemption_victim(view.running, view.now).request_id == "live"

@@ -1,0 +1,83 @@
+"""Violated requests yield to live ones (option `yield_violated`).
+
+Under cumulative deadlines a request violates its SLO as soon as one token is late, and
+nothing served later undoes that. Past the goodput, where decode attention fills the TBT
+window (the A40 with Llama-2-7B, docs/results.md §8.1), the decodes of requests already
+violated still run in every iteration: each lengthens it, so less prefill fits beside the
+slack of the decodes still on time, and requests that could still make their first token
+miss it. With this option a violated request's decode is left out of the iteration while
+some request that has missed no deadline waits for its prefill. It keeps its blocks and
+runs again when no live request waits; when the cache runs short, `preempt_lost_first`
+takes lost requests first, as before.
+
+A request is known violated once its next token's deadline has passed at the start of a
+step (that token will be late) or its first token came after its first-token deadline.
+Both engines show the policy these (the vLLM mirror keeps the first token's time), so the
+simulator and the plug-in make the same decisions. A request late by less than a step that
+catches up is not caught, and keeps running: the rule errs towards serving. Once known, a
+request stays violated until it leaves the engine's queues.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from slidingserve.core.kv_blocks import next_token_blocks
+from slidingserve.core.request import next_deadlines
+
+if TYPE_CHECKING:
+    from slidingserve.core.request import Request
+    from slidingserve.core.view import SchedulerView
+
+_PRUNE_SLACK = 256  # ids kept beyond twice the queues' size before the set is pruned
+
+
+class ViolatedRequests:
+    """The ids of the requests seen violating, across steps (module docstring)."""
+
+    def __init__(self) -> None:
+        self._ids: set[str] = set()
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def observe(self, view: SchedulerView) -> None:
+        """Mark the requests of `view` known to violate; forget those no longer in it."""
+        now, ids = view.now, self._ids
+        for queue in (view.running, view.waiting):
+            for request, deadline in zip(queue, next_deadlines(queue), strict=True):
+                if deadline <= now or _first_token_late(request):
+                    ids.add(request.request_id)
+        present = len(view.running) + len(view.waiting)
+        if len(ids) > 2 * present + _PRUNE_SLACK:
+            ids.intersection_update(r.request_id for r in (*view.running, *view.waiting))
+
+    def yielding(self, view: SchedulerView) -> SchedulerView:
+        """`view` after `observe`, without its violated decodes when a live request waits
+        for prefill; `view` itself otherwise."""
+        self.observe(view)
+        ids = self._ids
+        if not ids:
+            return view
+        gone = {id(r) for r in view.decoding if r.request_id in ids}
+        if not gone or not any(
+            r.request_id not in ids for queue in (view.prefilling, view.waiting) for r in queue
+        ):
+            return view
+        blocks = view.decode_blocks
+        if blocks is None:
+            blocks = next_token_blocks(view.kv, view.decoding)
+        # Still running: they keep their seats (max_num_seqs) and the blocks of their next
+        # token, which the engine makes room for at every step.
+        return dataclasses.replace(
+            view, decoding=[r for r in view.decoding if id(r) not in gone], decode_blocks=blocks
+        )
+
+
+def _first_token_late(request: Request) -> bool:
+    times = request.token_times
+    return bool(times) and times[0] > request.ttft_deadline
