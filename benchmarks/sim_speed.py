@@ -23,7 +23,7 @@ iteration asks the policy for a plan. Two ways to time that:
 
 (the planning policies: slidingserve slidingserve-paper qoserve scorpio, and sarathi-edf)
 runs every policy at one rate, 2.4 req/s of ShareGPT (slightly above the best goodput of
-docs/results.md §1.1, 2.30 req/s, so every policy is at or past its goodput);
+docs/results.md §1.1, 2.31 req/s, so every policy is at or past its goodput);
 
     python benchmarks/sim_speed.py --workload sharegpt --requests 600 --at-goodput --policy ...
 
@@ -59,7 +59,7 @@ GOODPUT_SHAREGPT: dict[str, float] = {
     "sarathi-edf": 2.03,
     "qoserve": 2.08,
     "slidingserve-paper": 1.91,
-    "slidingserve": 2.30,
+    "slidingserve": 2.31,
 }
 """Goodput, req/s, on ShareGPT, A100 + Llama-3-8B TP1, strict SLOs (docs/results.md §1.1)."""
 
