@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,7 +22,8 @@ from slidingserve.core import (
     blocks_for_tokens,
 )
 from slidingserve.metrics import Outcome, Percentiles, RunMetrics, Timeline, ViolationRates
-from slidingserve.policies import Policy
+from slidingserve.policies import Policy, PolicyContext, make_policy
+from slidingserve.policies.slidingserve import SlidingServePolicy
 from slidingserve.predictor import Features, Scenario
 from slidingserve.predictor.steps import EngineSteps
 
@@ -276,3 +278,12 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     code = main(list(argv))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def make_slidingserve(**options: Any) -> SlidingServePolicy:
+    """`slidingserve` with `options`, planning with an affine model (10 ms + 10 µs a token)
+    and the default engine limits."""
+    context = PolicyContext(EngineLimits(), TokenLinearModel(0.010, 1e-5))
+    policy = make_policy("slidingserve", context, options)
+    assert isinstance(policy, SlidingServePolicy)
+    return policy

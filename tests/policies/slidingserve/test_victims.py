@@ -7,12 +7,10 @@ from collections import deque
 from typing import Any
 
 import pytest
-from factories import TokenLinearModel, make_decoding, make_request, make_view
+from factories import make_decoding, make_request, make_slidingserve, make_view
 
-from slidingserve.core import EngineLimits, Plan, ScheduledChunk
+from slidingserve.core import Plan, ScheduledChunk
 from slidingserve.engines.vllm.imposer import PlanImposer
-from slidingserve.policies import PolicyContext, make_policy
-from slidingserve.policies.slidingserve import SlidingServePolicy
 from slidingserve.policies.slidingserve.victims import lost_first_victim, put_lost_last
 
 NOW = 10.0
@@ -81,12 +79,6 @@ class TestPlanOrder:
 
 
 class TestThroughThePolicy:
-    def build(self, **options: Any) -> SlidingServePolicy:
-        model = TokenLinearModel(0.010, 1e-5)
-        policy = make_policy("slidingserve", PolicyContext(EngineLimits(), model), options)
-        assert isinstance(policy, SlidingServePolicy)
-        return policy
-
     def view(self) -> Any:
         lost = decoding("lost", lost=True, cached=600)
         live = decoding("live", lost=False, cached=200)
@@ -97,21 +89,21 @@ class TestThroughThePolicy:
     def test_on_the_plan_ends_with_the_victim(self) -> None:
         view = self.view()
         # on in the design; the yield would leave the lost decode out of the plan
-        policy = self.build(yield_violated=False)
+        policy = make_slidingserve(yield_violated=False)
         plan = policy.schedule(view)
         assert plan.chunks[-1].request.request_id == "lost"
         assert policy.preemption_victim(view.running, view.now).request_id == "lost"
 
     def test_off_the_newest_is_the_victim_and_the_plan_keeps_its_order(self) -> None:
         view = self.view()
-        policy = self.build(preempt_lost_first=False, yield_violated=False)
+        policy = make_slidingserve(preempt_lost_first=False, yield_violated=False)
         plan = policy.schedule(view)
         assert [c.request.request_id for c in plan.chunks] == ["lost", "live", "w"]
         assert policy.preemption_victim(view.running, view.now).request_id == "live"
 
     def test_a_value_that_is_not_a_boolean_is_refused(self) -> None:
         with pytest.raises(ValueError, match="preempt_lost_first must be true or false"):
-            self.build(preempt_lost_first="yes")
+            make_slidingserve(preempt_lost_first="yes")
 
 
 class _Queued:

@@ -6,12 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from factories import TokenLinearModel, make_decoding, make_request, make_view
+from factories import make_decoding, make_request, make_slidingserve, make_view
 
-from slidingserve.core import EngineLimits
 from slidingserve.core.kv_blocks import next_token_blocks
-from slidingserve.policies import PolicyContext, make_policy
-from slidingserve.policies.slidingserve import SlidingServePolicy
 from slidingserve.policies.slidingserve.violated import ViolatedRequests
 from slidingserve.sim.runner import SimulationSpec, simulate
 from slidingserve.workloads import WorkloadConfig
@@ -126,27 +123,21 @@ class TestYielding:
 
 
 class TestThroughThePolicy:
-    def build(self, **options: Any) -> SlidingServePolicy:
-        model = TokenLinearModel(0.010, 1e-5)
-        policy = make_policy("slidingserve", PolicyContext(EngineLimits(), model), options)
-        assert isinstance(policy, SlidingServePolicy)
-        return policy
-
     def view(self) -> Any:
         running = [decode("late", late_by=0.25), decode("on-time", late_by=-0.25)]
         return make_view(now=NOW, waiting=[live_prefill()], running=running)[0]
 
     def test_on_the_plan_has_no_violated_decode(self) -> None:
-        plan = self.build(yield_violated=True).schedule(self.view())
+        plan = make_slidingserve(yield_violated=True).schedule(self.view())
         assert ids(c.request for c in plan.chunks) == ["on-time", "live"]
 
     def test_off_every_decode_runs(self) -> None:
-        plan = self.build(yield_violated=False).schedule(self.view())
+        plan = make_slidingserve(yield_violated=False).schedule(self.view())
         assert sorted(ids(c.request for c in plan.chunks)) == ["late", "live", "on-time"]
 
     def test_a_value_that_is_not_a_boolean_is_refused(self) -> None:
         with pytest.raises(ValueError, match="yield_violated must be true or false"):
-            self.build(yield_violated="yes")
+            make_slidingserve(yield_violated="yes")
 
 
 def test_in_the_simulator_every_request_still_finishes() -> None:
