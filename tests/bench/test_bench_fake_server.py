@@ -39,7 +39,7 @@ from slidingserve.core.slo_args import REFUSED_REASON
 from slidingserve.metrics import Outcome
 from slidingserve.workloads import TRACE_FILES, ArrivalConfig, Tier, TierMix, WorkloadConfig
 
-JITTER = 0.04  # seconds
+JITTER = 0.06  # seconds
 TIMINGS = Behaviour(first_delay=0.2, gap=0.04)
 WAIT_LIMIT = 15.0  # seconds any test waits for something to happen
 
@@ -105,7 +105,7 @@ def test_latencies_and_violations_match_hand_values(server: FakeServer, trace: P
         assert line.ttft is not None and 0.2 <= line.ttft <= 0.2 + JITTER
         assert line.e2e is not None and 0.36 <= line.e2e <= 0.36 + JITTER
         assert line.tpot == pytest.approx(0.04, abs=JITTER / 4)
-        assert all(0.04 - JITTER <= gap <= 0.04 + JITTER for gap in line.itl)
+        assert all(0 < gap <= 0.04 + JITTER for gap in line.itl)  # their mean: tpot
     assert s.ttft.p50 == pytest.approx(0.2, abs=JITTER)
     assert s.itl.mean == pytest.approx(0.04, abs=JITTER / 4)
     assert s.tpot.p99 == pytest.approx(0.04, abs=JITTER / 4)
@@ -126,7 +126,7 @@ def test_latencies_and_violations_match_hand_values(server: FakeServer, trace: P
     assert s.goodput_per_gap * s.duration == pytest.approx(2)
     assert s.goodput_vllm * s.duration == pytest.approx(2)
     last_send = max(r.timeline.arrival for r in result.records)
-    assert last_send + 0.36 <= s.duration <= last_send + 0.36 + 0.1
+    assert last_send + 0.36 <= s.duration <= last_send + 0.36 + JITTER + 0.1
 
 
 def test_requests_carry_the_planned_body(server: FakeServer, trace: Path) -> None:
@@ -195,7 +195,7 @@ def test_errors_are_counted_by_kind(trace: Path) -> None:
     # Failed requests violate: TTFT without a token (400, 500, timeout), else TBT.
     assert (s.cumulative.overall, s.cumulative.ttft, s.cumulative.tbt) == (6 / 7, 3 / 7, 3 / 7)
     assert s.goodput * s.duration == pytest.approx(1)
-    assert s.duration < REQUEST_TIMEOUT + 1.0  # the slow request was given up at its timeout
+    assert s.duration < REQUEST_TIMEOUT + 2.0  # the slow request was given up at its timeout
 
 
 REFUSING_TIERS = {
@@ -335,7 +335,7 @@ def test_ctrl_c_writes_partial_results(tmp_path: Path, server: FakeServer) -> No
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         wait_until(lambda: server.count() >= 3 or process.poll() is not None)
-        time.sleep(0.5)  # three tokens by 0.28 s
+        time.sleep(1.0)  # three tokens by 0.28 s, with room for a busy machine
         process.send_signal(signal.SIGINT)
         output, _ = process.communicate(timeout=WAIT_LIMIT)
     finally:

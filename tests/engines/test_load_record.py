@@ -145,8 +145,10 @@ class TestPublisher:
             while read_record(path, time.time()) is None and time.monotonic() < deadline:
                 time.sleep(0.01)
             first = read_record(path, time.time())
-            time.sleep(0.05)
-            later = read_record(path, time.time())
+            later = first
+            while later == first and time.monotonic() < deadline:
+                time.sleep(0.01)
+                later = read_record(path, time.time())
         finally:
             publisher.stop()
         assert first is not None and later is not None

@@ -29,7 +29,14 @@ import pytest
 
 vllm = pytest.importorskip("vllm", minversion="0.32")
 
-from slidingserve.bench.client import StreamError, StreamProgress, stream_completion  # noqa: E402
+from slidingserve.bench.client import (  # noqa: E402
+    DONE,
+    StreamError,
+    StreamProgress,
+    absorb_event,
+    parse_event,
+    stream_completion,
+)
 from slidingserve.engines.vllm.server import server_command, server_environment  # noqa: E402
 from slidingserve.live.servers import scrape_metrics, serving  # noqa: E402
 
@@ -44,6 +51,7 @@ ENGINE_ARGS = [
 SERVER_TTFT_MS = 30_000.0  # the SLO of requests that give none: never missed here
 SERVER_TBT_MS = 1_000.0
 TIGHT_SLO = {"ttft_ms": 200, "tbt_ms": 50}  # unprotected: admission control may refuse these
+LOOSE_SLO = {"ttft_ms": 5_000, "tbt_ms": 1_000}  # met on an idle engine, however busy the host
 REQUEST_TIMEOUT = 120.0  # seconds a request may take before it counts as a hang
 IDLE_TIMEOUT = 30.0  # seconds for the engine to be idle again after a phase
 LONG_OUTPUT = 480  # tokens asked by requests that are cut: an uncut one would run long
@@ -191,12 +199,33 @@ async def answered(
 async def cut_after_tokens(
     http: aiohttp.ClientSession, base: str, request: Body, tokens: int
 ) -> str:
-    """Send `request` and hang up once `tokens` tokens came (CUT), unless it ended before."""
+    """Send `request` and hang up once `tokens` tokens came (CUT), unless it ended before:
+    then "ok" or the error's kind.
+
+    The stream is read here, event by event, and closed at the event that brings the count
+    to `tokens`. Watching another task's progress instead races it: on a busy machine the
+    whole stream can sit in the socket's buffer and be read to its end in one turn.
+    """
     progress = StreamProgress()
-    task = asyncio.create_task(answered(http, base, request, progress))
-    while not task.done() and progress.tokens < tokens:
-        await asyncio.sleep(0.01)  # bounded: the request's own time limit ends the task
-    return await hang_up(task)
+    try:
+        async with (
+            asyncio.timeout(REQUEST_TIMEOUT),
+            http.post(base + "/v1/completions", json=request) as response,
+        ):
+            if response.status != 200:
+                return f"http_{response.status}"
+            async for line in response.content:
+                event = parse_event(line)
+                if event == DONE:
+                    break
+                if isinstance(event, dict):
+                    absorb_event(event, time.monotonic(), progress)
+                if progress.tokens >= tokens:
+                    response.close()  # drops the connection: the server sees a hang-up
+                    return CUT
+    except StreamError as error:
+        return error.kind
+    return "ok" if progress.tokens >= request["max_tokens"] else "truncated"
 
 
 async def cut_after_seconds(
@@ -466,7 +495,7 @@ def test_healthy_after_the_chaos(server: Served) -> None:
     with urllib.request.urlopen(server.base + "/health", timeout=10) as response:
         assert response.status == 200
     final = in_session(
-        lambda http: answered(http, server.base, completion([11, 12, 13], 8, TIGHT_SLO))
+        lambda http: answered(http, server.base, completion([11, 12, 13], 8, LOOSE_SLO))
     )
     assert final == "ok"
     metrics = wait_until_idle(server.base)
