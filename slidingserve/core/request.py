@@ -162,6 +162,16 @@ class Request:
         return self.next_deadline <= now
 
 
+def remaining_prefills(requests: Iterable[Request]) -> list[int]:
+    """`Request.remaining_prefill` of each of `requests`, in one pass (no call per request)."""
+    return [
+        0
+        if (phase := r.phase) is DECODING or phase is FINISHED
+        else r.prompt_len + r.num_generated - r.num_computed
+        for r in requests
+    ]
+
+
 def next_deadlines(requests: Iterable[Request]) -> list[float]:
     """`Request.next_deadline` of each of `requests`, in one pass (no call per request):
     the schedulers read the deadline of every queued request at every iteration."""

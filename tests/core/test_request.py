@@ -6,7 +6,7 @@ import pytest
 from factories import make_decoding, make_request
 
 from slidingserve.core import SLO, Phase, Request
-from slidingserve.core.request import next_deadlines
+from slidingserve.core.request import next_deadlines, remaining_prefills
 
 
 class TestDeadlines:
@@ -88,3 +88,13 @@ def test_written_out_deadlines_equal_the_formula() -> None:
     formula = [r.slo.deadline(r.arrival, r.num_generated) for r in requests]
     assert [r.next_deadline for r in requests] == formula
     assert next_deadlines(requests) == formula
+
+
+def test_remaining_prefills_equal_the_property_in_every_phase() -> None:
+    requests = []
+    for phase in Phase:
+        request = make_request(f"r-{phase.value}", prompt=300, computed=120, generated=0)
+        request.phase, request.num_generated = phase, 7
+        requests.append(request)
+    assert remaining_prefills(requests) == [r.remaining_prefill for r in requests]
+    assert sorted(set(remaining_prefills(requests))) == [0, 300 + 7 - 120]

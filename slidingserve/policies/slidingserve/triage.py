@@ -19,7 +19,7 @@ from itertools import compress
 from operator import not_
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from slidingserve.core.request import next_deadlines
+from slidingserve.core.request import next_deadlines, remaining_prefills
 from slidingserve.policies.common import Relegation
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ def drop_largest(
         raise ValueError(f"drop_largest needs a positive rate, got {tokens_per_second}")
     if deadlines is None:
         deadlines = next_deadlines(queue)
-    remaining = [r.remaining_prefill for r in queue]
+    remaining = remaining_prefills(queue)
     protected = [r.slo.protected for r in queue]
     kept = moore_hodgson(deadlines, remaining, protected, now, tokens_per_second)
     if all(kept):

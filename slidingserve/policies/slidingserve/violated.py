@@ -24,9 +24,10 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from slidingserve.core.kv_blocks import next_token_blocks
-from slidingserve.core.request import next_deadlines
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from slidingserve.core.request import Request
     from slidingserve.core.view import SchedulerView
 
@@ -47,11 +48,9 @@ class ViolatedRequests:
 
     def observe(self, view: SchedulerView) -> None:
         """Mark the requests of `view` known to violate; forget those no longer in it."""
-        now, ids = view.now, self._ids
-        for queue in (view.running, view.waiting):
-            for request, deadline in zip(queue, next_deadlines(queue), strict=True):
-                if deadline <= now or _first_token_late(request):
-                    ids.add(request.request_id)
+        ids = self._ids
+        ids.update(violating_ids(view.running, view.now))
+        ids.update(violating_ids(view.waiting, view.now))
         present = len(view.running) + len(view.waiting)
         if len(ids) > 2 * present + _PRUNE_SLACK:
             ids.intersection_update(r.request_id for r in (*view.running, *view.waiting))
@@ -78,6 +77,15 @@ class ViolatedRequests:
         )
 
 
-def _first_token_late(request: Request) -> bool:
-    times = request.token_times
-    return bool(times) and times[0] > request.ttft_deadline
+def violating_ids(requests: Iterable[Request], now: float) -> list[str]:
+    """The ids of `requests` whose next token's deadline is past at `now` or whose first
+    token came after its deadline. One pass without a call per request (it runs over every
+    queued request at every step); the deadlines are `Request.next_deadline` and
+    `Request.ttft_deadline` written out with their operations in their order, so every
+    verdict is theirs (tests/policies/slidingserve/test_violated.py checks it)."""
+    return [
+        r.request_id
+        for r in requests
+        if (first := r.arrival + (slo := r.slo).ttft) + r.num_generated * slo.tbt <= now
+        or ((times := r.token_times) and times[0] > first)
+    ]

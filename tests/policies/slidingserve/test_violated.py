@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 from factories import make_decoding, make_request, make_slidingserve, make_view
+from hypothesis import given
+from hypothesis import strategies as st
 
 from slidingserve.core.kv_blocks import next_token_blocks
-from slidingserve.policies.slidingserve.violated import ViolatedRequests
+from slidingserve.policies.slidingserve.violated import ViolatedRequests, violating_ids
 from slidingserve.sim.runner import SimulationSpec, simulate
 from slidingserve.workloads import WorkloadConfig
 
@@ -84,6 +86,40 @@ class TestWhoIsViolated:
         for _ in range(3):
             violated.observe(make_view(now=NOW, running=[stays])[0])
         assert "stays" in violated
+
+    @given(
+        st.floats(0.0, 1e4),
+        st.floats(1e-3, 50.0),
+        st.floats(1e-3, 1.0),
+        st.integers(0, 2000),
+        st.floats(-5.0, 5.0),
+        st.floats(-1e3, 1e5),
+    )
+    def test_the_one_pass_verdict_is_the_requests_own_deadlines(
+        self,
+        arrival: float,
+        ttft: float,
+        tbt: float,
+        generated: int,
+        first_token_offset: float,
+        now: float,
+    ) -> None:
+        request = make_request("r", arrival=arrival, ttft=ttft, tbt=tbt, output=generated + 1)
+        request.num_generated = generated
+        if generated:
+            request.token_times = [request.ttft_deadline + first_token_offset]
+        late_first = bool(request.token_times) and request.token_times[0] > request.ttft_deadline
+        expected = request.next_deadline <= now or late_first
+        assert violating_ids([request], now) == (["r"] if expected else [])
+
+    def test_on_the_deadlines_themselves_the_verdict_is_the_requests_own(self) -> None:
+        request = make_request("r", arrival=0.1, ttft=0.7, tbt=0.3, output=5)
+        request.num_generated = 3
+        request.token_times = [request.ttft_deadline]  # met, exactly
+        assert violating_ids([request], request.next_deadline - 1e-9) == []
+        assert violating_ids([request], request.next_deadline) == ["r"]
+        request.token_times = [request.ttft_deadline + 1e-12]
+        assert violating_ids([request], 0.0) == ["r"]
 
 
 class TestYielding:
