@@ -233,7 +233,8 @@ def _report(result: ExperimentResult, out: Path) -> None:
         print(
             "\nAt each policy's goodput (mean over seeds): p99 gap between tokens and the "
             "share of requests with a gap over their TBT (the per-gap reading), with the "
-            "prefix cache's hit rate where it is on"
+            "prefix cache's hit rate where it is on and the preemptions per run where there "
+            "were any"
         )
         print(at_goodput_table(result, criterion))
     above = [r for r in result.rows if r.goodput_mean > min(result.bound_rates(r.workload))]

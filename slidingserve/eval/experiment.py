@@ -187,6 +187,7 @@ class AtGoodput(NamedTuple):
     cumulative_violation: float  # fraction late under the cumulative deadlines
     per_gap_violation: float  # fraction late when every gap is held to L_tbt
     prefix_hit_rate: float = math.nan  # the prefix cache's hit rate; NaN without one
+    preemptions: float = math.nan  # preemptions in the run (a mean over seeds: a float)
 
     @classmethod
     def of(cls, result: SimulationResult | None) -> AtGoodput:
@@ -194,7 +195,11 @@ class AtGoodput(NamedTuple):
             return cls(math.nan, math.nan, math.nan)
         m, hits = result.metrics, result.prefix_hit_rate
         return cls(
-            m.itl.p99, m.cumulative.overall, m.per_gap.overall, math.nan if hits is None else hits
+            m.itl.p99,
+            m.cumulative.overall,
+            m.per_gap.overall,
+            math.nan if hits is None else hits,
+            float(result.num_preemptions),
         )
 
     @classmethod
@@ -202,7 +207,7 @@ class AtGoodput(NamedTuple):
         """Field by field, over the runs where a rate passed."""
         passed = [run for run in runs if not math.isnan(run.tbt_p99)]
         if not passed:
-            return cls(math.nan, math.nan, math.nan, math.nan)
+            return cls(math.nan, math.nan, math.nan, math.nan, math.nan)
         return cls(*(statistics.fmean(values) for values in zip(*passed, strict=True)))
 
 

@@ -45,15 +45,17 @@ def goodput_text(row: GoodputRow) -> str:
 
 def at_goodput_table(result: ExperimentResult, criterion: str | None = None) -> str:
     """Workloads down, policies across: at each seed's goodput rate, the p99 gap between
-    tokens (ms) and the share of requests with a gap over their TBT (per-gap reading), and
-    the prefix cache's hit rate where the run had one."""
+    tokens (ms) and the share of requests with a gap over their TBT (per-gap reading), the
+    prefix cache's hit rate where the run had one, and the preemptions per run (mean over
+    the seeds) where there were any."""
 
     def cell(row: GoodputRow) -> str:
         at = row.at_goodput
         if math.isnan(at.tbt_p99):
             return "n/a"
         hits = "" if math.isnan(at.prefix_hit_rate) else f", {100 * at.prefix_hit_rate:.0f}% hits"
-        return f"{1000 * at.tbt_p99:.0f} ms ({100 * at.per_gap_violation:.1f}%{hits})"
+        preempted = f", {at.preemptions:.3g} preempted" if at.preemptions > 0 else ""
+        return f"{1000 * at.tbt_p99:.0f} ms ({100 * at.per_gap_violation:.1f}%{hits}{preempted})"
 
     return _policy_grid(result, criterion, cell, bound=False)
 
@@ -389,6 +391,7 @@ def goodput_rows(result: ExperimentResult) -> list[dict[str, Any]]:
             "cumulative_violation_at_goodput": row.at_goodput.cumulative_violation,
             "per_gap_violation_at_goodput": row.at_goodput.per_gap_violation,
             "prefix_hit_rate_at_goodput": row.at_goodput.prefix_hit_rate,
+            "preemptions_at_goodput": row.at_goodput.preemptions,
             **_ratio_fields(reference, ratios.get((row.policy, row.workload, row.criterion))),
         }
         for row in result.rows

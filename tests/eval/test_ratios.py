@@ -21,7 +21,7 @@ from slidingserve.eval.ratios import (
     ratio_interval,
     static_families,
 )
-from slidingserve.eval.report import best_static_table, ratio_table
+from slidingserve.eval.report import at_goodput_table, best_static_table, ratio_table
 
 T_975_2 = 4.302652729911275  # Student t, 97.5% quantile, 2 degrees of freedom
 
@@ -165,3 +165,30 @@ def test_a_family_alone_has_no_best_setting_table() -> None:
     assert static_families(alone) == {"slidingserve": list(alone)}
     assert compared_families(alone) == []
     assert compared_families((*alone, "qoserve")) == ["slidingserve"]
+
+
+def test_preemptions_at_the_goodput_are_averaged_over_the_seeds_that_passed() -> None:
+    nan = math.nan
+    runs = [
+        AtGoodput(0.06, 0.01, 0.02, nan, 3.0),
+        AtGoodput(0.08, 0.00, 0.04, nan, 6.0),
+        AtGoodput(nan, nan, nan),  # no rate passed on this seed
+    ]
+    mean = AtGoodput.mean(runs)
+    assert mean.preemptions == pytest.approx(4.5) and mean.tbt_p99 == pytest.approx(0.07)
+    assert math.isnan(AtGoodput.mean(runs[2:]).preemptions)
+
+
+def test_the_at_goodput_table_names_preemptions_only_where_there_were_any() -> None:
+    experiment = GoodputExperiment(
+        policies=("sarathi-edf", "slidingserve"), workloads=("sharegpt",)
+    )
+    calm = AtGoodput(0.061, 0.0, 0.012, math.nan, 0.0)
+    thrashing = AtGoodput(0.072, 0.0, 0.025, math.nan, 4.5)
+    rows = [
+        dataclasses.replace(_row("sarathi-edf", (2.0,)), at_goodput=calm),
+        dataclasses.replace(_row("slidingserve", (2.2,)), at_goodput=thrashing),
+    ]
+    table = at_goodput_table(ExperimentResult(experiment, {}, rows, []))
+    assert "61 ms (1.2%)" in table and "72 ms (2.5%, 4.5 preempted)" in table
+    assert table.count("preempted") == 1
