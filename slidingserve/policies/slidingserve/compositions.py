@@ -27,13 +27,15 @@ DESIGN = SlidingServeConfig(
     features="rich",
     preempt_lost_first=True,
     yield_violated=True,
+    kv_headroom=32,
 )
 """`slidingserve`, chosen by measurement (README, "The design"): deadline order with lost
 requests last; Moore–Hodgson triage of the prefill queue at the observed rate; the greedy
 budget of the tightest decode slack ÷ 1.1, no iteration past two TBTs (one TBT of slack
 spent at most), its total rounded down to a 128-token tile; no BatchConstructor; the rich
 predictor; when the KV cache runs short, lost requests preempted first; the decodes of
-requests already violated left out while a live request waits for prefill."""
+requests already violated left out while a live request waits for prefill; the blocks
+the decodes add over their next 32 tokens kept from prefills."""
 
 SC_EDF = SlidingServeConfig(
     ordering=EdfOrder(), budget=BudgetConfig(PaperSplit()), features="paper"

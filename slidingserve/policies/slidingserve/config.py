@@ -42,6 +42,7 @@ class SlidingServeConfig:
     preempt_lost_first: bool = False  # a preemption takes a lost request first (victims.py)
     # a violated request's decode waits while a live request waits for prefill (violated.py)
     yield_violated: bool = False
+    kv_headroom: int = 0  # decode tokens of growth kept free from prefills (headroom.py)
     record_decisions: bool = True  # keep a DecisionRecord per iteration
 
     def __post_init__(self) -> None:
@@ -56,6 +57,7 @@ class SlidingServeConfig:
         for name in ("admission", "preempt_lost_first", "yield_violated", "record_decisions"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        require_int("kv_headroom", self.kv_headroom, minimum=0)
         if self.admission_test not in ADMISSION_TESTS:
             known = ", ".join(ADMISSION_TESTS)
             raise ValueError(f"unknown admission_test {self.admission_test!r}; known: {known}")

@@ -44,6 +44,7 @@ SHARED = (
     "admission",
     "preempt_lost_first",
     "yield_violated",
+    "kv_headroom",
     "record_decisions",
 )
 
@@ -135,6 +136,7 @@ def flatten(config: SlidingServeConfig) -> dict[str, Any]:
         "admission_test": config.admission_test,
         "preempt_lost_first": config.preempt_lost_first,
         "yield_violated": config.yield_violated,
+        "kv_headroom": config.kv_headroom,
         "record_decisions": config.record_decisions,
         "overload": "none",
         "batch_constructor": config.constructor is not None,

@@ -33,6 +33,7 @@ from slidingserve.policies.slidingserve.constructor import (
     Selection,
     risky_prefills,
 )
+from slidingserve.policies.slidingserve.headroom import with_headroom
 from slidingserve.policies.slidingserve.options import compose
 from slidingserve.policies.slidingserve.ordering import EdfOrder, edf_queue, sort_queue
 from slidingserve.policies.slidingserve.release import (
@@ -131,6 +132,8 @@ class SlidingServePolicy(Policy):
         self._last_step = view.now
         if self.config.yield_violated:
             view = self.violated.yielding(view)
+        if self.config.kv_headroom:
+            view = with_headroom(view, self.config.kv_headroom)
         plan = self._decide(view, watch, triage)
         if self.config.preempt_lost_first:
             put_lost_last(plan, view.now)

@@ -1,0 +1,37 @@
+"""KV headroom for the decodes (option `kv_headroom`).
+
+When the KV cache runs short, the engine preempts a running request to give a decode the
+block of its next token. A policy that fills the free blocks with prefill chunks leaves
+the decodes nothing to grow into, and a few iterations later one of them is preempted and
+its work recomputed. With this option the blocks the running decodes will add over their
+next `kv_headroom` tokens are kept from prefills, as the blocks of their next token always
+are (`PlanBuilder`): a prefill chunk, new or running, takes only what lies beyond them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from slidingserve.core.kv_blocks import next_token_blocks
+
+if TYPE_CHECKING:
+    from slidingserve.core.view import SchedulerView
+
+
+def with_headroom(view: SchedulerView, tokens: int) -> SchedulerView:
+    """`view` with the blocks its decodes add over the `tokens` (> 0) tokens after their
+    next one added to those kept for their next token (`decode_blocks`)."""
+    kv = view.kv
+    block_size, held = kv.block_size, kv.held
+    growth = 0
+    for request in view.decoding:
+        next_token = -(-(request.num_computed + 1) // block_size)
+        later = -(-(request.num_computed + 1 + tokens) // block_size)
+        growth += later - max(next_token, held(request))
+    if growth <= 0:
+        return view
+    reserved = view.decode_blocks
+    if reserved is None:
+        reserved = next_token_blocks(kv, view.decoding)
+    return dataclasses.replace(view, decode_blocks=reserved + growth)
