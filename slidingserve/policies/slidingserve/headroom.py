@@ -24,6 +24,8 @@ def with_headroom(view: SchedulerView, tokens: int) -> SchedulerView:
     next one added to those kept for their next token (`decode_blocks`)."""
     kv = view.kv
     block_size, held = kv.block_size, kv.held
+    if kv.num_free >= _most_blocks_needed(view, tokens):
+        return view  # no chunk can reach the headroom: the plan is the same without it
     growth = 0
     for request in view.decoding:
         next_token = -(-(request.num_computed + 1) // block_size)
@@ -35,3 +37,14 @@ def with_headroom(view: SchedulerView, tokens: int) -> SchedulerView:
     if reserved is None:
         reserved = next_token_blocks(kv, view.decoding)
     return dataclasses.replace(view, decode_blocks=reserved + growth)
+
+
+def _most_blocks_needed(view: SchedulerView, tokens: int) -> int:
+    """More blocks than the decodes' next token and headroom and any plan's prefill chunks
+    can take together: each decode at most ⌈(tokens + 1)/s⌉ + 1, the chunks of at most
+    `max_num_batched_tokens` tokens at most ⌈B/s⌉ + 1 each beside that."""
+    limits, block_size = view.limits, view.kv.block_size
+    per_decode = -(-(tokens + 1) // block_size) + 1
+    budget = limits.max_num_batched_tokens
+    chunks = min(limits.max_num_seqs, budget)
+    return len(view.decoding) * per_decode + -(-budget // block_size) + chunks + 1

@@ -20,7 +20,7 @@ def test_the_headroom_is_the_blocks_of_each_decodes_next_tokens() -> None:
     # 320 cached tokens hold 20 blocks; the next token needs a 21st, 32 more reach token 353:
     # 23 blocks in all, so 3 beyond what each holds.
     decodes = [make_decoding(f"d{i}", prompt=320, generated=1) for i in range(2)]
-    view, _ = make_view(running=decodes)
+    view, _ = make_view(running=decodes, kv_blocks=2 * 20 + 30)  # a cache that binds
     assert view.limits.block_size == BLOCK
     assert view.decode_blocks is None
     assert with_headroom(view, 32).decode_blocks == 2 * 3
@@ -31,11 +31,27 @@ def test_the_headroom_is_the_blocks_of_each_decodes_next_tokens() -> None:
 
 def test_blocks_already_held_count_and_a_view_without_growth_is_returned_as_is() -> None:
     decode = make_decoding("d", prompt=300, generated=1)  # 300 tokens, 19 blocks: room for 4
-    view, _ = make_view(running=[decode])
+    view, _ = make_view(running=[decode], kv_blocks=19 + 30)
     assert with_headroom(view, 3) is view
     assert with_headroom(view, 4) is not view and with_headroom(view, 4).decode_blocks == 1
     empty, _ = make_view(waiting=[make_request("w", prompt=500)])
     assert with_headroom(empty, 32) is empty
+
+
+def test_with_room_for_any_plan_the_view_is_kept_and_the_plans_agree() -> None:
+    decodes = [make_decoding(f"d{i}", prompt=320, generated=1) for i in range(4)]
+    waiting = [make_request(f"w{i}", prompt=300) for i in range(3)]  # 19 blocks each
+    for spare in (30, 10_000):
+        view, _ = make_view(running=decodes, waiting=waiting, kv_blocks=4 * 20 + spare)
+        kept = with_headroom(view, 32)
+        assert (kept is view) == (spare == 10_000)
+        plans = []
+        for shown in (view, kept):
+            builder = PlanBuilder(shown, 4096)
+            builder.add_decodes(decodes)
+            builder.add_prefills(waiting)
+            plans.append([(c.request.request_id, c.tokens) for c in builder.chunks])
+        assert (plans[0] == plans[1]) == (spare == 10_000)
 
 
 def test_a_prefill_takes_only_the_blocks_beyond_the_headroom() -> None:
