@@ -30,7 +30,7 @@ def with_headroom(view: SchedulerView, tokens: int) -> SchedulerView:
     for request in view.decoding:
         next_token = -(-(request.num_computed + 1) // block_size)
         later = -(-(request.num_computed + 1 + tokens) // block_size)
-        growth += later - max(next_token, held(request))
+        growth += max(0, later - max(next_token, held(request)))
     if growth <= 0:
         return view
     reserved = view.decode_blocks
@@ -42,9 +42,12 @@ def with_headroom(view: SchedulerView, tokens: int) -> SchedulerView:
 def _most_blocks_needed(view: SchedulerView, tokens: int) -> int:
     """More blocks than the decodes' next token and headroom and any plan's prefill chunks
     can take together: each decode at most ⌈(tokens + 1)/s⌉ + 1, the chunks of at most
-    `max_num_batched_tokens` tokens at most ⌈B/s⌉ + 1 each beside that."""
+    `max_num_batched_tokens` tokens at most ⌈B/s⌉ + 1 each beside that, and a waiting
+    request's prefix-cache hit whole (its blocks may sit among the free ones until it
+    starts)."""
     limits, block_size = view.limits, view.kv.block_size
     per_decode = -(-(tokens + 1) // block_size) + 1
     budget = limits.max_num_batched_tokens
     chunks = min(limits.max_num_seqs, budget)
-    return len(view.decoding) * per_decode + -(-budget // block_size) + chunks + 1
+    hits = sum(-(-r.num_computed // block_size) for r in view.waiting if r.num_computed)
+    return len(view.decoding) * per_decode + -(-budget // block_size) + chunks + 1 + hits

@@ -225,6 +225,10 @@ async def cut_after_tokens(
                     return CUT
     except StreamError as error:
         return error.kind
+    except TimeoutError:
+        return "timeout"
+    except aiohttp.ClientError:
+        return "dropped"
     return "ok" if progress.tokens >= request["max_tokens"] else "truncated"
 
 

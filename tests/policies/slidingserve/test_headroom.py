@@ -54,6 +54,27 @@ def test_with_room_for_any_plan_the_view_is_kept_and_the_plans_agree() -> None:
         assert (plans[0] == plans[1]) == (spare == 10_000)
 
 
+def test_a_waiting_requests_prefix_hit_counts_against_the_room_for_any_plan() -> None:
+    """A hit whose blocks sit among the free ones (no running request shares them) leaves
+    the free pool when its request starts, beyond the chunk the budget limits."""
+    decodes = [make_decoding(f"d{i}", prompt=330, generated=1) for i in range(10)]
+    hit = make_request("hit", prompt=8000)
+    hit.num_computed = 4800  # 300 blocks cached, none held by a running request
+    view, kv = make_view(running=decodes, waiting=[hit], kv_blocks=10 * 21 + 430)
+    assert kv.num_free == 430
+    kept = with_headroom(view, 32)
+    assert kept is not view and kept.decode_blocks == 10 * 2
+    plans = []
+    for shown in (view, kept):
+        builder = PlanBuilder(shown)
+        builder.add_decodes(decodes)
+        builder.add_prefills([hit])
+        plans.append([c.request.request_id for c in builder.chunks])
+    # 2,038 tokens on top of the hit: 428 blocks, which fit beside the decodes' next blocks
+    # but not beside the headroom.
+    assert "hit" in plans[0] and "hit" not in plans[1]
+
+
 def test_a_prefill_takes_only_the_blocks_beyond_the_headroom() -> None:
     decodes = [make_decoding(f"d{i}", prompt=320, generated=1) for i in range(4)]
     prefill = make_request("p", prompt=2000, computed=160, phase=Phase.PREFILLING)
