@@ -8,7 +8,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, NamedTuple
 
 from slidingserve.core.batch import BatchShape
-from slidingserve.core.kv_blocks import KVBlockManager, next_token_blocks
+from slidingserve.core.kv_blocks import KVBlockManager
 from slidingserve.core.request import DECODING, FINISHED, WAITING
 
 if TYPE_CHECKING:
@@ -73,10 +73,7 @@ class PlanBuilder:
         room = view.limits.max_num_seqs - view.num_running
         self.admissions_left = max(0, room) if view.admit else 0
         self.blocks_left = view.kv.num_free
-        reserved = view.decode_blocks
-        if reserved is None:
-            reserved = next_token_blocks(view.kv, view.decoding)
-        self._reserved = reserved
+        self._reserved = view.decode_reserve()
         self.chunks: list[ScheduledChunk] = []
         # The batch of `chunks` as `BatchShape.from_chunks` gives it, kept as they are added
         self._decode_contexts: list[int] = []

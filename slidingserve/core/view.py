@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from slidingserve.core.checks import require_int
+from slidingserve.core.kv_blocks import next_token_blocks
 from slidingserve.core.request import DECODING, PREFILLING
 
 if TYPE_CHECKING:
@@ -63,8 +64,9 @@ class SchedulerView:
     limits: EngineLimits
     kv: KVView
     admit: bool = True  # False after a preemption this iteration: vLLM admits nothing then
-    # KV blocks the decodes need for their next token (`kv_blocks.next_token_blocks`), when
-    # the engine counted them already; None: `PlanBuilder` counts them
+    # KV blocks kept for the decodes, beyond the reach of prefill chunks: those of their next
+    # token (`kv_blocks.next_token_blocks`) when the engine counted them already, plus any
+    # headroom a policy adds; None: the next token's, counted when read (`decode_reserve`)
     decode_blocks: int | None = None
 
     @classmethod
@@ -93,6 +95,13 @@ class SchedulerView:
     @property
     def num_running(self) -> int:
         return len(self.running)
+
+    def decode_reserve(self) -> int:
+        """`decode_blocks`, or the blocks the decodes need for their next token when no one
+        counted them."""
+        if self.decode_blocks is not None:
+            return self.decode_blocks
+        return next_token_blocks(self.kv, self.decoding)
 
     def without(self, waiting: Sequence[Request]) -> SchedulerView:
         """The same view without these waiting requests (a policy refusing them)."""

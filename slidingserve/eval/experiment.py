@@ -207,7 +207,7 @@ class AtGoodput(NamedTuple):
         """Field by field, over the runs where a rate passed."""
         passed = [run for run in runs if not math.isnan(run.tbt_p99)]
         if not passed:
-            return cls(math.nan, math.nan, math.nan, math.nan, math.nan)
+            return cls(*[math.nan] * len(cls._fields))
         return cls(*(statistics.fmean(values) for values in zip(*passed, strict=True)))
 
 

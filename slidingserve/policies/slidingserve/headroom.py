@@ -13,8 +13,6 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from slidingserve.core.kv_blocks import next_token_blocks
-
 if TYPE_CHECKING:
     from slidingserve.core.view import SchedulerView
 
@@ -33,10 +31,7 @@ def with_headroom(view: SchedulerView, tokens: int) -> SchedulerView:
         growth += max(0, later - max(next_token, held(request)))
     if growth <= 0:
         return view
-    reserved = view.decode_blocks
-    if reserved is None:
-        reserved = next_token_blocks(kv, view.decoding)
-    return dataclasses.replace(view, decode_blocks=reserved + growth)
+    return dataclasses.replace(view, decode_blocks=view.decode_reserve() + growth)
 
 
 def _most_blocks_needed(view: SchedulerView, tokens: int) -> int:

@@ -23,8 +23,6 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from slidingserve.core.kv_blocks import next_token_blocks
-
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
@@ -67,9 +65,7 @@ class ViolatedRequests:
             r.request_id not in ids for queue in (view.prefilling, view.waiting) for r in queue
         ):
             return view
-        blocks = view.decode_blocks
-        if blocks is None:
-            blocks = next_token_blocks(view.kv, view.decoding)
+        blocks = view.decode_reserve()
         # Still running: they keep their seats (max_num_seqs) and the blocks of their next
         # token, which the engine makes room for at every step.
         return dataclasses.replace(
