@@ -125,7 +125,7 @@ def policy_options(
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--hardware", default="a100:llama-3-8b:1", metavar="GPU:MODEL:TP")
+    parser.add_argument("--hardware", default="a100:llama-3-8b:1", metavar="GPU:MODEL:TP[:MEMORY]")
     parser.add_argument("--workloads", default="sharegpt,arxiv,mixed-v1,mixed-v2")
     parser.add_argument("--baselines", default="sarathi-edf,qoserve")
     parser.add_argument("--candidates", default=",".join(CANDIDATES))

@@ -179,13 +179,14 @@ def workers_text(workers: int, ray: str | None) -> str:
 
 
 def add_hardware_flag(parser: Any, each: str) -> None:
-    """`--hardware GPU:MODEL:TP`, repeatable; `each` says what the command does per point."""
+    """`--hardware GPU:MODEL:TP[:MEMORY]`, repeatable; `each` says what the command does per
+    point."""
     parser.add_argument(
         "--hardware",
         action="append",
-        metavar="GPU:MODEL:TP",
-        help=f"a hardware point, e.g. a100:llama-3-8b:2 (repeatable: {each}; "
-        "default: --gpu/--model/--tp)",
+        metavar="GPU:MODEL:TP[:MEMORY]",
+        help=f"a hardware point, e.g. a100:llama-3-8b:2, or a40:llama-2-7b:1:0.6 with 60%% of "
+        f"GPU memory for the engine (repeatable: {each}; default: --gpu/--model/--tp)",
     )
 
 
