@@ -50,6 +50,12 @@ def add_setup_flags(parser: argparse.ArgumentParser) -> None:
         "--noise", type=float, help=f"relative noise on iteration times ({HARDWARE.noise})"
     )
     group.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        help="share of each GPU's memory the engine may use, as vLLM's flag: the weights, "
+        f"then the KV cache ({HARDWARE.gpu_memory_utilization})",
+    )
+    group.add_argument(
         "--max-num-batched-tokens",
         type=int,
         help=f"engine token budget ({LIMITS.max_num_batched_tokens})",

@@ -184,6 +184,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         model=args.model,
         tp=args.tp,
         noise=args.noise,
+        gpu_memory_utilization=args.gpu_memory_utilization,
         profile_dir=args.profile_dir,
     )
     settings = override(

@@ -178,6 +178,11 @@ def test_predictor_reports_accuracy_and_saves(
         (["simulate", "--out", "results.txt"], "--out must end in .json or .csv"),
         (["simulate", "--max-num-seqs", "0"], "max_num_seqs must be at least 1"),
         (["simulate", "--rate", "1e-9"], "rate must be at least"),
+        (["simulate", "--gpu-memory-utilization", "1.5"], "gpu_memory_utilization must be in"),
+        (
+            ["simulate", "--model", "llama-2-7b", "--gpu-memory-utilization", "0.15"],
+            "does not fit on 1 × a100",
+        ),
     ],
 )
 def test_bad_input_gets_a_clear_error(
@@ -249,3 +254,19 @@ def test_malformed_trace_file_names_the_line(
     code, _, err = run(capsys, "simulate", "--trace-dir", str(tmp_path), "--requests", "5")
     assert code == 2
     assert "line 3" in err
+
+
+def test_the_memory_share_flag_cuts_the_kv_cache(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`--gpu-memory-utilization` reaches the replica: with a quarter of the A100's memory
+    Llama-2-7B's cache holds a few arXiv requests, and the same run preempts."""
+    preemptions = []
+    for share in ("0.9", "0.25"):
+        out = tmp_path / f"runs{share}.json"
+        argv = ["simulate", "--model", "llama-2-7b", "--workload", "arxiv", "--requests", "30"]
+        argv += ["--rate", "4", "--gpu-memory-utilization", share, "--out", str(out)]
+        code, _, _ = run(capsys, *argv)
+        assert code == 0
+        preemptions.append(json.loads(out.read_text())[0]["preemptions"])
+    assert preemptions[0] == 0 < preemptions[1]

@@ -174,3 +174,19 @@ def test_points_that_would_share_a_folder_get_numbered() -> None:
         "a100_llama_tp2",
         "a100_llama_tp1-3",
     ]
+
+
+def test_a_point_with_its_cache_cut_runs_beside_the_full_one(tmp_path: Path) -> None:
+    cut = "a40:llama-2-7b:1:0.6"
+    run = goodput(tmp_path, *hardware_args("a40:llama-2-7b:1", cut))
+    assert run.code == 0, run.err
+    assert headings(run.out) == ["== a40:llama-2-7b:1 ==", f"== {cut} ==", "== summary =="]
+    assert list(summary_rows(run.out)) == ["a40:llama-2-7b:1", cut]
+    full, half = (payload(run, f) for f in ("a40_llama-2-7b_tp1", "a40_llama-2-7b_tp1_mem0.6"))
+    assert full["experiment"]["hardware"]["gpu_memory_utilization"] == 0.9
+    assert half["experiment"]["hardware"]["gpu_memory_utilization"] == 0.6
+    bound = {
+        name: saved["memory_aware_bounds"]["sharegpt"]["rate"]
+        for name, saved in (("full", full), ("half", half))
+    }
+    assert bound["half"] < 0.9 * bound["full"]  # half the cache: fewer requests share a step
