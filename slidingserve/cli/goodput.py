@@ -133,7 +133,7 @@ def hardware_points(texts: Sequence[str]) -> list[HardwarePoint]:
     """The --hardware points, checked for their form and repeats before any of them runs
     (their names are checked as each runs: a bad one does not stop the others)."""
     points = [HardwarePoint.parse(text) for text in texts]
-    if len(set(points)) < len(points):
+    if len({hardware_label(point) for point in points}) < len(points):  # X and X:0.9 alike
         labels = ", ".join(hardware_label(point) for point in points)
         raise ValueError(f"repeated hardware points: {labels}")
     return points

@@ -148,6 +148,7 @@ def test_without_hardware_the_output_has_no_heading_and_no_subfolder(tmp_path: P
         (["--hardware", TP1, "--hardware", "a100:llama-3-8b:two"],
          "a hardware point is GPU:MODEL:TP"),
         (["--hardware", TP1, "--hardware", f" {TP1}"], "repeated hardware points"),
+        (["--hardware", TP1, "--hardware", f"{TP1}:0.9"], "repeated hardware points"),
     ],
 )  # fmt: skip
 def test_bad_flags_stop_before_any_point_runs(
