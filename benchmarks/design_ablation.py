@@ -9,7 +9,7 @@ Rows: `slidingserve`, then `slidingserve` without each mechanism (the switch at 
 value), then `slidingserve-paper` and its published ablations, and the two baselines. Each
 cell is the goodput (req/s, mean over seeds) and the per-seed ratio to `slidingserve` with
 its 95% interval (`*`: the interval excludes 1). About 3 minutes per workload × scale cell
-on two cores at the defaults (22 policies × 3 seeds). `--json` also writes every policy's
+on two cores at the defaults (23 policies × 3 seeds). `--json` also writes every policy's
 goodput per seed, by SLO scale and workload.
 """
 
@@ -39,6 +39,7 @@ WITHOUT: Mapping[str, Mapping[str, Any]] = {
     "newest-victim": {"preempt_lost_first": PAPER_OPTIONS["preempt_lost_first"]},
     "no-yield": {"yield_violated": PAPER_OPTIONS["yield_violated"]},
     "no-headroom": {"kv_headroom": PAPER_OPTIONS["kv_headroom"]},
+    "no-tight-cap": {"tight_cache_cap": PAPER_OPTIONS["tight_cache_cap"]},
     "paper-features": {"features": PAPER_OPTIONS["features"]},
     "paper-chunker": {"chunker": PAPER_OPTIONS["chunker"]},
     "window-2": {"window": 2},

@@ -67,19 +67,32 @@ class BudgetConfig:
     # > 0: batch totals, decodes included, rounded down to a multiple of this many tokens
     # (a tile). The BatchConstructor's plans (whole prefills) are not rounded.
     token_quantum: int = 0
+    # > 0: the iteration cap while the KV cache is tight (`headroom.cache_is_tight`)
+    tight_cache_cap: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.rule, PaperSplit | WindowSplit | FixedSplit):
             raise ValueError(f"unknown budget rule {self.rule!r}")
         require_number("time_margin", self.time_margin, 1)
         require_number("iteration_cap", self.iteration_cap, 0)
+        require_number("tight_cache_cap", self.tight_cache_cap, 0)
         require_int("release_decodes", self.release_decodes, 0)
         require_int("token_quantum", self.token_quantum, 0)
 
     @property
     def shapes_windows(self) -> bool:
         """Whether the margin, the cap or the release changes the decode windows."""
-        return self.time_margin != 1 or self.iteration_cap != 0 or self.release_decodes != 0
+        return (
+            self.time_margin != 1
+            or self.iteration_cap != 0
+            or self.release_decodes != 0
+            or self.tight_cache_cap != 0
+        )
+
+    def cap(self, cache_tight: bool) -> float:
+        """The iteration cap in force: `tight_cache_cap` while the cache is tight (when set),
+        `iteration_cap` otherwise."""
+        return self.tight_cache_cap if cache_tight and self.tight_cache_cap else self.iteration_cap
 
 
 def budget_windows(
@@ -88,6 +101,7 @@ def budget_windows(
     now: float,
     decode_time: float = 0.0,
     bounding: Sequence[Request] | None = None,
+    cache_tight: bool = False,
 ) -> list[float]:
     """The cumulative decode windows (docs/design.md §5), seconds from `now`: at least two,
     k with the window rule; shrunk by `time_margin` and capped by `iteration_cap` when set
@@ -103,8 +117,9 @@ def budget_windows(
         horizons = decode_horizons(bounding, now, k)
     if budget.time_margin != 1:
         horizons = [h / budget.time_margin for h in horizons]
-    if budget.iteration_cap and decoding:
-        step = iteration_limit(budget.iteration_cap, min(tbts), decode_time)
+    cap = budget.cap(cache_tight)
+    if cap and decoding:
+        step = iteration_limit(cap, min(tbts), decode_time)
         horizons = [min(h, (j + 1) * step) for j, h in enumerate(horizons)]
     return horizons
 

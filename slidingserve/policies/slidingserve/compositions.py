@@ -23,7 +23,13 @@ decode windows; the paper's seven predictor features."""
 DESIGN = SlidingServeConfig(
     ordering=EdfOrder(lost_last=True),
     triage=TriageConfig("drop-largest", rate="ema"),
-    budget=BudgetConfig(WindowSplit(k=1), time_margin=1.1, iteration_cap=2.0, token_quantum=128),
+    budget=BudgetConfig(
+        WindowSplit(k=1),
+        time_margin=1.1,
+        iteration_cap=2.0,
+        token_quantum=128,
+        tight_cache_cap=1.0,
+    ),
     features="rich",
     preempt_lost_first=True,
     yield_violated=True,
@@ -32,7 +38,8 @@ DESIGN = SlidingServeConfig(
 """`slidingserve`, chosen by measurement (README, "The design"): deadline order with lost
 requests last; Moore–Hodgson triage of the prefill queue at the observed rate; the greedy
 budget of the tightest decode slack ÷ 1.1, no iteration past two TBTs (one TBT of slack
-spent at most), its total rounded down to a 128-token tile; no BatchConstructor; the rich
+spent at most), nor past one TBT while the KV cache is tight and the decodes alone take at
+most half a TBT, its total rounded down to a 128-token tile; no BatchConstructor; the rich
 predictor; when the KV cache runs short, lost requests preempted first; the decodes of
 requests already violated left out while a live request waits for prefill; the blocks
 the decodes add over their next 32 tokens kept from prefills."""

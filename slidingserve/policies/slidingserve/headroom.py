@@ -16,6 +16,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from slidingserve.core.view import SchedulerView
 
+TIGHT_CACHE_TOKENS = 32  # growth of each decode `cache_is_tight` reads, at least
+# `tight_cache_cap` applies only where the decodes alone take at most this share of the
+# tightest TBT, so that an iteration capped near one TBT still leaves the prefill room
+TIGHT_DECODE_SHARE = 0.5
+
 
 def with_headroom(view: SchedulerView, tokens: int) -> SchedulerView:
     """`view` with the blocks its decodes add over the `tokens` (> 0) tokens after their
@@ -32,6 +37,12 @@ def with_headroom(view: SchedulerView, tokens: int) -> SchedulerView:
     if growth <= 0:
         return view
     return dataclasses.replace(view, decode_blocks=view.decode_reserve() + growth)
+
+
+def cache_is_tight(view: SchedulerView, tokens: int) -> bool:
+    """Whether some plan could take blocks the decodes' next `tokens` tokens would need:
+    fewer blocks free than `_most_blocks_needed`."""
+    return view.kv.num_free < _most_blocks_needed(view, tokens)
 
 
 def _most_blocks_needed(view: SchedulerView, tokens: int) -> int:

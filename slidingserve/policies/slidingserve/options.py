@@ -92,6 +92,7 @@ APPLIES: Mapping[str, Applies] = {
     ),
     "time_margin": Applies(_windows, WINDOWS_UNUSED),
     "iteration_cap": Applies(_windows, WINDOWS_UNUSED),
+    "tight_cache_cap": Applies(_windows, WINDOWS_UNUSED),
     "release_decodes": Applies(_windows, WINDOWS_UNUSED),
     "leftover_fill": Applies(_constructor, _NO_CONSTRUCTOR),
     **{name: Applies(_constructor, _NO_CONSTRUCTOR) for name in KNAPSACK},
@@ -174,7 +175,13 @@ def from_flat(options: Mapping[str, Any]) -> SlidingServeConfig:
         ordering=_ordering(options),
         budget=BudgetConfig(
             _split_rule(options),
-            **pick("time_margin", "iteration_cap", "release_decodes", "token_quantum"),
+            **pick(
+                "time_margin",
+                "iteration_cap",
+                "release_decodes",
+                "token_quantum",
+                "tight_cache_cap",
+            ),
         ),
         triage=triage,
         constructor=constructor,
@@ -221,6 +228,7 @@ def _budget_options(budget: BudgetConfig) -> dict[str, Any]:
         "iteration_cap": budget.iteration_cap,
         "release_decodes": budget.release_decodes,
         "token_quantum": budget.token_quantum,
+        "tight_cache_cap": budget.tight_cache_cap,
     }
     if isinstance(rule, WindowSplit):
         options |= {"chunker": "window", "window": rule.k}

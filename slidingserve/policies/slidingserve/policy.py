@@ -33,7 +33,12 @@ from slidingserve.policies.slidingserve.constructor import (
     Selection,
     risky_prefills,
 )
-from slidingserve.policies.slidingserve.headroom import with_headroom
+from slidingserve.policies.slidingserve.headroom import (
+    TIGHT_CACHE_TOKENS,
+    TIGHT_DECODE_SHARE,
+    cache_is_tight,
+    with_headroom,
+)
 from slidingserve.policies.slidingserve.options import compose
 from slidingserve.policies.slidingserve.ordering import EdfOrder, edf_queue, sort_queue
 from slidingserve.policies.slidingserve.release import (
@@ -103,7 +108,10 @@ class SlidingServePolicy(Policy):
         self._admission_queue = AdmissionQueue(0.0, self.rate.value / config.budget.time_margin, ())
         self.violated = ViolatedRequests()  # read with `yield_violated`
         self.overhead = StepOverhead()  # the engine's time between steps, for `_unfit`
-        self._reads_costs = bool(config.budget.iteration_cap or config.budget.release_decodes)
+        budget = config.budget
+        self._reads_costs = bool(
+            budget.iteration_cap or budget.release_decodes or budget.tight_cache_cap
+        )
         self.constructor: BatchConstructor | None = None
         if config.constructor is not None:
             self.constructor = BatchConstructor(self.model, config.constructor, self.max_tokens)
@@ -173,7 +181,13 @@ class SlidingServePolicy(Policy):
                 self.outputs,
                 budget.release_decodes,
             )
-        horizons = budget_windows(budget, view.decoding, view.now, decode_time, bounding)
+        tight = (
+            bool(budget.tight_cache_cap)
+            and bool(view.decoding)
+            and decode_time <= TIGHT_DECODE_SHARE * min(r.slo.tbt for r in view.decoding)
+            and cache_is_tight(view, max(self.config.kv_headroom, TIGHT_CACHE_TOKENS))
+        )
+        horizons = budget_windows(budget, view.decoding, view.now, decode_time, bounding, tight)
         construction = NO_CONSTRUCTION
         constructor = self.constructor
         if constructor is not None and queue:

@@ -56,6 +56,7 @@ def test_the_paper_and_the_design_differ_where_the_readme_says() -> None:
     assert PAPER.budget == BudgetConfig(PaperSplit())
     budget = DESIGN.budget
     assert (budget.time_margin, budget.iteration_cap, budget.token_quantum) == (1.1, 2.0, 128)
+    assert budget.tight_cache_cap == 1.0
     assert (PAPER.features, DESIGN.features) == ("paper", "rich")
     assert not PAPER.preempt_lost_first and DESIGN.preempt_lost_first
 
@@ -67,7 +68,7 @@ def test_a_composition_has_no_default_parts() -> None:
 
 def test_every_option_is_flat_and_known() -> None:
     assert set(flatten(PAPER)) | set(flatten(DESIGN)) <= set(OPTIONS)
-    assert len(OPTIONS) == 28
+    assert len(OPTIONS) == 29
 
 
 class TestChangingAPart:
@@ -79,7 +80,7 @@ class TestChangingAPart:
     def test_the_same_choice_keeps_the_base_settings(self) -> None:
         config = compose(DESIGN, {"chunker": "paper"})
         assert config.budget == BudgetConfig(
-            PaperSplit(), time_margin=1.1, iteration_cap=2.0, token_quantum=128
+            PaperSplit(), time_margin=1.1, iteration_cap=2.0, token_quantum=128, tight_cache_cap=1.0
         )
 
     def test_the_constructor_comes_with_its_defaults_and_the_options_given(self) -> None:

@@ -119,3 +119,56 @@ def test_lost_requests_go_last_and_triage_serves_the_ones_that_can_make_it() -> 
 def test_bad_switches_are_refused_with_their_name(option: str, value: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         build(**{option: value})
+
+
+def tight_cache_case(kv_blocks: int, tbt: float = 0.03) -> tuple[Any, EngineLimits]:
+    """One decode (320 cached tokens) 55 ms from its deadline, a long prompt waiting, and
+    a cache of `kv_blocks` blocks; a budget of 8192 tokens, so that only time bounds it."""
+    limits = EngineLimits(max_num_batched_tokens=8192)
+    decode = make_decoding("d", prompt=320, arrival=0.0, ttft=1.0, tbt=tbt, generated=1)
+    waiting = make_request("p", arrival=0.9, prompt=20_000, ttft=5.0)
+    view, _ = make_view(
+        now=1.0 + tbt - 0.055,
+        waiting=[waiting],
+        running=[decode],
+        limits=limits,
+        kv_blocks=kv_blocks,
+    )
+    return view, limits
+
+
+def capped_total(view: Any, limits: EngineLimits, **options: Any) -> int:
+    context = PolicyContext(limits, AFFINE, predictors={"paper": OTHER, "rich": AFFINE})
+    policy = make_policy(
+        "slidingserve", context, {"token_quantum": 0, "time_margin": 1.0} | options
+    )
+    return sum(tokens(policy.schedule(view)).values())
+
+
+def test_while_the_cache_is_tight_the_tight_cache_cap_bounds_an_iteration() -> None:
+    # Cap 2 allows 60 ms, so the 55 ms slack bounds: (55 − 10) ms / 10 µs = 4500 tokens.
+    # With the cache tight (about 400 free blocks, fewer than a full plan could take), a
+    # tight cap of 1 allows one TBT, 30 ms: 2000 tokens.
+    tight, limits = tight_cache_case(kv_blocks=21 + 400)
+    ample, _ = tight_cache_case(kv_blocks=100_000)
+    assert abs(capped_total(ample, limits) - 4500) <= 1
+    assert abs(capped_total(tight, limits, tight_cache_cap=0) - 4500) <= 1  # the option off
+    assert abs(capped_total(tight, limits) - 2000) <= 1  # the design: on
+    assert abs(capped_total(ample, limits) - 4500) <= 1
+
+
+def test_the_tight_cache_cap_waits_while_the_decodes_take_over_half_a_tbt() -> None:
+    # TBT 15 ms: the decode alone (10 ms) takes two thirds of it, and a cap of one TBT
+    # would leave the prefill 5 ms, so the cap of 2 stays: max(30, 10 + 15) ms, and the
+    # 55 ms slack is cut to 30 ms.
+    tight, limits = tight_cache_case(kv_blocks=21 + 400, tbt=0.015)
+    plain = capped_total(tight, limits, tight_cache_cap=0)
+    assert abs(plain - 2000) <= 1
+    assert capped_total(tight, limits) == plain
+
+
+def test_a_bad_tight_cache_cap_is_refused() -> None:
+    with pytest.raises(ValueError, match="tight_cache_cap"):
+        build(tight_cache_cap=-1)
+    with pytest.raises(ValueError, match="tight_cache_cap does nothing"):
+        build(chunker="fixed", tight_cache_cap=1.0)
