@@ -66,7 +66,8 @@ class SlidingServeConfig:
     def _check_spanning_settings(self) -> None:
         if self.budget.shapes_windows and not uses_decode_windows(self.budget, self.constructor):
             raise ValueError(
-                f"time_margin, iteration_cap and release_decodes do nothing here: {WINDOWS_UNUSED}"
+                f"time_margin, iteration_cap, tight_cache_cap and release_decodes do nothing here: "
+                f"{WINDOWS_UNUSED}"
             )
         if self.admission_test != "alone" and not self.admission:
             raise ValueError(f"admission_test does nothing here: {NO_ADMISSION}")

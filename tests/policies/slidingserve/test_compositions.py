@@ -160,7 +160,7 @@ def test_unknown_options_and_choices_are_refused_with_the_known_ones() -> None:
 
 def test_a_composition_built_directly_is_checked_across_parts() -> None:
     fixed = BudgetConfig(FixedSplit(), time_margin=1.2)
-    with pytest.raises(ValueError, match="iteration_cap and release_decodes do nothing"):
+    with pytest.raises(ValueError, match="tight_cache_cap and release_decodes do nothing"):
         SlidingServeConfig(ordering=EdfOrder(), budget=fixed, features="paper")
     SlidingServeConfig(
         ordering=EdfOrder(), budget=fixed, features="paper", constructor=ConstructorConfig()
