@@ -181,12 +181,7 @@ class SlidingServePolicy(Policy):
                 self.outputs,
                 budget.release_decodes,
             )
-        tight = (
-            bool(budget.tight_cache_cap)
-            and bool(view.decoding)
-            and decode_time <= TIGHT_DECODE_SHARE * min(r.slo.tbt for r in view.decoding)
-            and cache_is_tight(view, max(self.config.kv_headroom, TIGHT_CACHE_TOKENS))
-        )
+        tight = self._tight_cap_applies(view, decode_time)
         horizons = budget_windows(budget, view.decoding, view.now, decode_time, bounding, tight)
         construction = NO_CONSTRUCTION
         constructor = self.constructor
@@ -205,6 +200,17 @@ class SlidingServePolicy(Policy):
             self.constructor_fallbacks += 1
             plan.path += FALLBACK_SUFFIX
         return plan
+
+    def _tight_cap_applies(self, view: SchedulerView, decode_time: float) -> bool:
+        """Whether `tight_cache_cap` is the cap in force at this step: it is set, the
+        decodes alone (`decode_time`, predicted) take at most `TIGHT_DECODE_SHARE` of the
+        tightest TBT, and the KV cache is tight (`headroom.cache_is_tight`)."""
+        return (
+            bool(self.config.budget.tight_cache_cap)
+            and bool(view.decoding)
+            and decode_time <= TIGHT_DECODE_SHARE * min(r.slo.tbt for r in view.decoding)
+            and cache_is_tight(view, max(self.config.kv_headroom, TIGHT_CACHE_TOKENS))
+        )
 
     def _decode_costs(self, contexts: list[int]) -> DecodeCosts:
         """The predicted time of the decodes alone (read by `iteration_cap`) and the cost of
