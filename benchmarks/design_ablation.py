@@ -9,7 +9,7 @@ Rows: `slidingserve`, then `slidingserve` without each mechanism (the switch at 
 value), then `slidingserve-paper` and its published ablations, and the two baselines. Each
 cell is the goodput (req/s, mean over seeds) and the per-seed ratio to `slidingserve` with
 its 95% interval (`*`: the interval excludes 1). About 3 minutes per workload × scale cell
-on two cores at the defaults (23 policies × 3 seeds). `--json` also writes every policy's
+on two cores at the defaults (24 policies × 3 seeds). `--json` also writes every policy's
 goodput per seed, by SLO scale and workload.
 """
 
@@ -47,6 +47,7 @@ WITHOUT: Mapping[str, Mapping[str, Any]] = {
     "mlps": {"sorter": "mlps"},
     "admission": {"admission": True},
     "release": {"release_decodes": 4},
+    "whole-prefills": {"whole_prefills": True},
 }
 """Each row's change to the design (flat options on `DESIGN`): a mechanism back at the
 paper's setting, or a part the design leaves out put in."""

@@ -43,6 +43,9 @@ class SlidingServeConfig:
     # a violated request's decode waits while a live request waits for prefill (violated.py)
     yield_violated: bool = False
     kv_headroom: int = 0  # decode tokens of growth kept free from prefills (headroom.py)
+    # a waiting request starts only when its whole prefill fits in the KV cache
+    # (whole_prefills.py)
+    whole_prefills: bool = False
     record_decisions: bool = True  # keep a DecisionRecord per iteration
 
     def __post_init__(self) -> None:
@@ -54,7 +57,13 @@ class SlidingServeConfig:
             raise ValueError(f"throughput_decay must be in [0, 1), got {decay!r}")
         if self.max_batch_tokens is not None:
             require_int("max_batch_tokens", self.max_batch_tokens)
-        for name in ("admission", "preempt_lost_first", "yield_violated", "record_decisions"):
+        for name in (
+            "admission",
+            "preempt_lost_first",
+            "yield_violated",
+            "whole_prefills",
+            "record_decisions",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         require_int("kv_headroom", self.kv_headroom, minimum=0)

@@ -45,6 +45,7 @@ SHARED = (
     "preempt_lost_first",
     "yield_violated",
     "kv_headroom",
+    "whole_prefills",
     "record_decisions",
 )
 
@@ -138,6 +139,7 @@ def flatten(config: SlidingServeConfig) -> dict[str, Any]:
         "preempt_lost_first": config.preempt_lost_first,
         "yield_violated": config.yield_violated,
         "kv_headroom": config.kv_headroom,
+        "whole_prefills": config.whole_prefills,
         "record_decisions": config.record_decisions,
         "overload": "none",
         "batch_constructor": config.constructor is not None,

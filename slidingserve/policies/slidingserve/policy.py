@@ -50,6 +50,7 @@ from slidingserve.policies.slidingserve.stats import DecisionRecord, Stopwatch, 
 from slidingserve.policies.slidingserve.triage import QueueTriage, RateSource, Triage
 from slidingserve.policies.slidingserve.victims import lost_first_victim, put_lost_last
 from slidingserve.policies.slidingserve.violated import ViolatedRequests
+from slidingserve.policies.slidingserve.whole_prefills import startable_queue
 from slidingserve.predictor import PrefillQueueProfile
 
 MAX_DECISIONS = 1_000_000
@@ -165,6 +166,8 @@ class SlidingServePolicy(Policy):
         BatchConstructor's plan if a prefill is at risk and its selection can be granted in
         full; else the SlidingChunker's."""
         queue = watch.run("order", lambda: self._sorted_queue(view, triage))
+        if self.config.whole_prefills:
+            queue = startable_queue(queue, view)
         budget = self.config.budget
         contexts = [r.num_computed for r in view.decoding]  # u_i of each decode
         costs = self._decode_costs(contexts) if contexts and self._reads_costs else None
