@@ -9,9 +9,11 @@ ShareGPT past the goodput, a fifth of the cache sat in such half-done prefills.
 
 With this option a waiting request starts only when the blocks of its whole prefill fit
 beside what is spoken for: the decodes' reserve (their next token and the KV headroom)
-and the blocks the prefills already started still need to finish. The queue keeps its
-order; the first waiting request that does not fit stops the starts for the step, as
-vLLM's admission does, and the requests already started keep their places.
+and the blocks the prefills already started still need to finish. A waiting request's
+prefix-cache hit is counted whole, as blocks it takes (they may sit among the free ones
+until it starts). The queue keeps its order; the first waiting request that does not fit
+stops the starts for the step, as vLLM's admission does, and the requests already started
+keep their places.
 """
 
 from __future__ import annotations
