@@ -300,6 +300,29 @@ def test_a_violated_decode_yields_to_a_live_prefill_and_vllm_runs_that_plan(
     assert scheduler.health.counts[1:3] == (0, 0)  # no fallback, no departure from a plan
 
 
+@pytest.mark.parametrize("whole", [True, False])
+def test_with_whole_prefills_a_prompt_that_cannot_fit_whole_waits_for_the_decode(
+    tmp_path: Path, whole: bool
+) -> None:
+    # 19 usable blocks of 16 tokens; "d" decodes in 3 to 4 of them, "long" needs 18.
+    options = {"whole_prefills": whole}
+    scheduler = make_scheduler(tmp_path, "slidingserve", options, blocks=20)
+    now = time.time()
+    scheduler.add_request(engine_request("d", 40, max_tokens=20, arrival=now))
+    assert dict(run_step(scheduler).num_scheduled_tokens) == {"d": 40}
+    scheduler.add_request(engine_request("long", 280, arrival=now, ttft_ms=60_000))
+    scheduled = dict(run_step(scheduler).num_scheduled_tokens)
+    if whole:
+        assert scheduled == {"d": 1}  # the prompt waits for room for all of it
+    else:
+        assert scheduled["d"] == 1 and scheduled["long"] > 0  # a first chunk starts
+    outputs = list(steps(scheduler, limit=200))
+    assert not scheduler.has_requests()
+    if whole:
+        assert not any(o.preempted_req_ids for o in outputs)
+    assert scheduler.health.counts[1:3] == (0, 0)
+
+
 # -- admission control -------------------------------------------------------------------
 
 
