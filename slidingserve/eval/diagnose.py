@@ -225,22 +225,32 @@ class Occupancy:
     mean: float  # time-weighted mean share in use
     peak: float  # largest share in use
     full: float  # share of the busy time with at least FULL of the blocks in use
+    # time-weighted mean share held by started, unfinished prefills (the part of `mean`
+    # that emits nothing yet: `IterationLog.kv_prefilling`)
+    prefilling: float = math.nan
 
     @classmethod
     def of(cls, iterations: Sequence[IterationLog]) -> Occupancy:
         if not iterations or not iterations[0].kv_total:
             return cls(math.nan, math.nan, math.nan)
-        used = np.array([log.kv_used / log.kv_total for log in iterations])
+        total = iterations[0].kv_total
+        used = np.array([log.kv_used for log in iterations]) / total
         weights = np.array([log.duration for log in iterations])
         busy = float(weights.sum())
         if busy <= 0:
             return cls(math.nan, float(used.max()), math.nan)
+        prefilling = np.array([log.kv_prefilling for log in iterations]) / total
         mean = float(used @ weights) / busy
         full = float(weights[used >= FULL].sum()) / busy
-        return cls(mean, float(used.max()), full)
+        return cls(mean, float(used.max()), full, float(prefilling @ weights) / busy)
 
     def row(self) -> dict[str, float]:
-        return {"kv_used_mean": self.mean, "kv_used_peak": self.peak, "kv_full_share": self.full}
+        return {
+            "kv_used_mean": self.mean,
+            "kv_used_peak": self.peak,
+            "kv_full_share": self.full,
+            "kv_prefilling_mean": self.prefilling,
+        }
 
 
 def diagnose(spec: SimulationSpec, rate: float, seed: int) -> Diagnosis:
@@ -311,12 +321,12 @@ def diagnosis_table(diagnoses: Sequence[Diagnosis]) -> str:
     """Per policy: requests, violating, each cause's count and share of the violating
     requests, median wait and prefill (all requests / violating ones), the p99 gap, the
     requests preempted 0/1/2/3+ times and the KV cache's use (time-weighted mean / peak,
-    and the share of the time it was full), and the prefix cache's hit rate where a run
-    had one."""
+    the share of the time it was full, and the mean share held by started, unfinished
+    prefills), and the prefix cache's hit rate where a run had one."""
     cached = any(d.result.prefix_hit_rate is not None for d in diagnoses)
     header = ["policy", "requests", "violating", *(cause.value for cause in Cause)]
     header += ["wait p50 ms", "prefill p50 ms", "gap p99 ms", "preempted 0/1/2/3+"]
-    header += ["KV mean/peak (full)", *(["prefix hits"] if cached else [])]
+    header += ["KV mean/peak (full), prefills", *(["prefix hits"] if cached else [])]
     rows = []
     for diagnosis in diagnoses:
         row = diagnosis.row()
@@ -344,7 +354,10 @@ def diagnosis_table(diagnoses: Sequence[Diagnosis]) -> str:
 def _occupancy_cell(occupancy: Occupancy) -> str:
     if math.isnan(occupancy.mean):
         return "-"
-    return f"{occupancy.mean:.0%}/{occupancy.peak:.0%} ({occupancy.full:.0%})"
+    return (
+        f"{occupancy.mean:.0%}/{occupancy.peak:.0%} ({occupancy.full:.0%}), "
+        f"{occupancy.prefilling:.0%}"
+    )
 
 
 def _count_cell(count: int, share: float) -> str:

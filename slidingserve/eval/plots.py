@@ -164,6 +164,7 @@ class _Iterations(NamedTuple):
     slack: npt.NDArray[np.float64]  # seconds, tightest decode slack (NaN without decodes)
     path: npt.NDArray[np.str_]
     kv: npt.NDArray[np.float64]  # share of the KV blocks in use while it ran
+    kv_prefilling: npt.NDArray[np.float64]  # share held by started, unfinished prefills
 
     @classmethod
     def of(cls, diagnosis: Diagnosis) -> _Iterations:
@@ -181,6 +182,10 @@ class _Iterations(NamedTuple):
             np.array([log.path for log in logs], dtype=np.str_),
             np.array(
                 [log.kv_used / log.kv_total if log.kv_total else np.nan for log in logs],
+                dtype=np.float64,
+            ),
+            np.array(
+                [log.kv_prefilling / log.kv_total if log.kv_total else np.nan for log in logs],
                 dtype=np.float64,
             ),
         )
@@ -231,10 +236,13 @@ def _plot_slack(panel: Any, logs: _Iterations) -> None:
 
 
 def _plot_kv(panel: Any, diagnosis: Diagnosis, logs: _Iterations) -> None:
-    """Share of the KV blocks in use while each iteration ran; a tick at the top for every
-    preemption, with the requests preempted 0/1/2/3+ times in the legend."""
+    """Share of the KV blocks in use while each iteration ran, and the share held by
+    prefills started and not finished; a tick at the top for every preemption, with the
+    requests preempted 0/1/2/3+ times in the legend."""
     panel.step(logs.start, 100 * logs.kv, where="post", linewidth=0.6, color="tab:purple",
                label="in use")  # fmt: skip
+    panel.step(logs.start, 100 * logs.kv_prefilling, where="post", linewidth=0.6,
+               color="tab:orange", label="of them, started prefills")  # fmt: skip
     counts = diagnosis.row()
     spread = "/".join(str(counts[key]) for key in PREEMPTION_COLUMNS)
     times = diagnosis.preemption_times
@@ -243,7 +251,7 @@ def _plot_kv(panel: Any, diagnosis: Diagnosis, logs: _Iterations) -> None:
         label=f"preemptions ({times.size}); requests preempted 0/1/2/3+: {spread}",
     )  # fmt: skip
     panel.set_ylim(0, 105)
-    panel.legend(fontsize="small", loc="lower right")
+    panel.legend(fontsize="small", loc="center right")
     panel.grid(alpha=0.3)
 
 

@@ -31,6 +31,7 @@ from slidingserve.sim.tracing import (
     blocks_while_running,
     decode_run_blocks,
     decode_run_slacks,
+    prefilling_blocks,
 )
 
 if TYPE_CHECKING:
@@ -104,6 +105,8 @@ class IterationLog:
     kv_used: int = 0  # KV blocks held while it runs: after its growth (allocated when it
     # is scheduled, as vLLM), before its finished requests free theirs
     kv_total: int = 0  # KV blocks in the cache
+    kv_prefilling: int = 0  # of `kv_used`, blocks held by started, unfinished prefills when
+    # it was planned (`tracing.prefilling_blocks`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +282,7 @@ class Replica:
                     state.decode_slack(),
                     blocks_while_running(state.kv, plan.chunks),
                     state.kv.num_blocks,
+                    prefilling_blocks(state.kv, state.running),
                 )
             )
         state.execute(plan, start + duration, growth)

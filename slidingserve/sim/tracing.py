@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from slidingserve.core.request import PREFILLING
 from slidingserve.policies.base import ReportsRelegations
 
 if TYPE_CHECKING:
@@ -90,6 +91,13 @@ def blocks_while_running(kv: KVBlockManager, chunks: Sequence[tuple[Request, int
     """KV blocks held while an iteration runs `chunks` ((request, tokens) pairs), planned
     with `kv` as it is now: those held now and those its chunks add."""
     return kv.num_used + sum(kv.extra_blocks(request, tokens) for request, tokens in chunks)
+
+
+def prefilling_blocks(kv: KVBlockManager, running: Sequence[Request]) -> int:
+    """KV blocks held by the running requests whose prefill has started and not finished
+    (`Phase.PREFILLING`): blocks that emit nothing until their request's last chunk."""
+    held = kv.held
+    return sum(held(r) for r in running if r.phase is PREFILLING)
 
 
 def decode_run_blocks(

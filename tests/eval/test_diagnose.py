@@ -201,6 +201,27 @@ def test_preemptions_per_request_and_kv_use_match_the_engine() -> None:
     assert occupancy.peak >= FULL and occupancy.full > 0  # it preempted: the cache was full
     blocks = GroundTruthLatency(hardware).kv_capacity_blocks(16)
     assert {log.kv_total for log in diagnosis.iterations} == {blocks}
+    assert 0 <= occupancy.prefilling <= occupancy.mean
+    assert all(0 <= log.kv_prefilling <= log.kv_used for log in diagnosis.iterations)
     table = diagnosis_table([diagnosis])
     assert "/".join(str(row[key]) for key in PREEMPTION_COLUMNS) in table
     assert f"{occupancy.mean:.0%}/{occupancy.peak:.0%}" in table
+    assert f"), {occupancy.prefilling:.0%}" in table
+
+
+def test_the_blocks_of_started_prefills_are_counted_apart() -> None:
+    """The A100 with 40% of its memory, ShareGPT past the goodput: the design leaves
+    prefills half done while the cache is full; `whole_prefills` starts none it cannot
+    finish."""
+    hardware = HardwareConfig(gpu="a100", model="llama-2-7b", gpu_memory_utilization=0.4)
+    workload = WorkloadConfig("sharegpt", 300)
+    shares = {}
+    for whole in (False, True):
+        options = {"whole_prefills": whole}
+        spec = SimulationSpec("slidingserve", workload, hardware, policy_options=options)
+        diagnosis = diagnose(spec, 2.2, 0)
+        started = [log for log in diagnosis.iterations if log.kv_prefilling]
+        assert started  # every long prompt runs in chunks, either way
+        shares[whole] = diagnosis.occupancy().prefilling
+        assert diagnosis.row()["kv_prefilling_mean"] == shares[whole]
+    assert shares[True] < shares[False] / 2
