@@ -48,7 +48,12 @@ from slidingserve.predictor.calibration import DEFAULT_SAMPLES
 from slidingserve.sim.calibration import calibrate
 from slidingserve.sim.engine import SimulationRun, Simulator, SimulatorOptions
 from slidingserve.sim.hardware import GroundTruthLatency, HardwareConfig
-from slidingserve.sim.runner import SimulationSpec, needs_calibration, policy_context
+from slidingserve.sim.runner import (
+    SimulationSpec,
+    needs_calibration,
+    policy_context,
+    unrecorded_options,
+)
 from slidingserve.workloads import WorkloadConfig, generate_requests
 
 VIDUR_REQUESTS_PER_SECOND = 152.0  # Vidur on this workload on this machine (issue 2)
@@ -128,7 +133,7 @@ def time_policy(
     for _ in range(repeats):
         fresh = copy.deepcopy(requests)
         latency = GroundTruthLatency(spec.hardware, 0)
-        policy = make_policy(spec.policy, context)
+        policy = make_policy(spec.policy, context, unrecorded_options(spec))
         options = SimulatorOptions(limits=spec.limits, fast_forward=fast_forward)
         blocks = latency.kv_capacity_blocks(spec.limits.block_size)
         simulator = Simulator(policy, latency, blocks, options)

@@ -58,6 +58,22 @@ def make_policy(
     return get_policy_class(name).from_options(context, options)
 
 
+def unrecorded(
+    policy_class: type[Policy], options: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """`options` for a policy that runs where nobody reads its decision records (a
+    simulation, a server): a policy that records a decision per iteration (its path and
+    time per component, which `benchmarks/sched_overhead.py` reads) does not, unless
+    `options` ask for it. A server runs for days and a goodput search simulates hundreds of
+    runs: the records would cost memory (about 360 bytes each, up to a million) and time."""
+    chosen = dict(options or {})
+    config = getattr(policy_class, "config_type", None)
+    fields = getattr(config, "__dataclass_fields__", {})
+    if "record_decisions" in fields and "record_decisions" not in chosen:
+        chosen["record_decisions"] = False
+    return chosen
+
+
 __all__ = [
     "POLICIES",
     "IterationRecord",
@@ -65,4 +81,5 @@ __all__ = [
     "PolicyContext",
     "get_policy_class",
     "make_policy",
+    "unrecorded",
 ]

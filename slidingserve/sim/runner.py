@@ -18,7 +18,7 @@ from slidingserve.metrics import (
     measure_tiers,
     span,
 )
-from slidingserve.policies import PolicyContext, get_policy_class, make_policy
+from slidingserve.policies import PolicyContext, get_policy_class, make_policy, unrecorded
 from slidingserve.predictor.calibration import Calibration
 from slidingserve.routing import ReplicaModel, make_router, router_class
 from slidingserve.sim.calibration import calibrate
@@ -163,6 +163,12 @@ def policy_context(spec: SimulationSpec) -> PolicyContext:
     return context_for(spec.policy, spec.limits, calibration)
 
 
+def unrecorded_options(spec: SimulationSpec) -> dict[str, Any]:
+    """The options `spec`'s policy runs with: no decision records unless it asks for them
+    (`policies.unrecorded`: nothing in a simulation reads them)."""
+    return unrecorded(get_policy_class(spec.policy), spec.policy_options)
+
+
 def run_policy(
     policy: Policy,
     gpu: SimulatedGpu,
@@ -194,7 +200,7 @@ def simulate_cluster(
     engines = []
     for index, hardware in enumerate(cluster.replicas):
         context = context_for(spec.policy, spec.limits, calibrations.for_hardware(hardware))
-        policy = make_policy(spec.policy, context, spec.policy_options)
+        policy = make_policy(spec.policy, context, unrecorded_options(spec))
         gpu = GroundTruthLatency(hardware, replica_seed(seed, index))
         blocks = gpu.kv_capacity_blocks(spec.limits.block_size)
         engines.append(Simulator(policy, gpu, blocks, options))
@@ -274,7 +280,7 @@ def _simulate(spec: SimulationSpec, rate: float, seed: int, record: bool) -> Rec
         cluster_run = simulate_cluster(spec, spec.cluster, requests, seed, record)
         run, cluster = cluster_run.merged, ClusterFigures.of(spec.cluster, cluster_run)
     else:
-        policy = make_policy(spec.policy, policy_context(spec), spec.policy_options)
+        policy = make_policy(spec.policy, policy_context(spec), unrecorded_options(spec))
         gpu = GroundTruthLatency(spec.hardware, seed)
         run = run_policy(policy, gpu, spec.limits, requests, record)
     figures = run_figures(run.requests)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from slidingserve.core.batch import TimedBatch
-from slidingserve.policies import PolicyContext, get_policy_class
+from slidingserve.policies import PolicyContext, get_policy_class, unrecorded
 from slidingserve.predictor import (
     BatchLatencyPredictor,
     LinearModel,
@@ -84,24 +84,11 @@ def build_policy(
     if policy_class.needs_profile:
         profile = policy_profile(start, limits, name)
     context = PolicyContext(limits, LivePredictor(learner), profile)
-    policy = policy_class.from_options(context, serving_options(policy_class, options))
+    policy = policy_class.from_options(context, unrecorded(policy_class, options))
     logger.info(
         "scheduling by %s, options %s, predictor from %s", name, dict(options), start.source
     )
     return policy
-
-
-def serving_options(policy_class: type[Policy], options: Mapping[str, Any]) -> dict[str, Any]:
-    """`options` for a served engine: a policy that records a decision per iteration (its
-    path and time per component, which `benchmarks/sched_overhead.py` reads) does not while
-    serving, unless asked to: a server runs for days, and the records would fill their
-    million-entry bound (about 360 MB)."""
-    served = dict(options)
-    config = getattr(policy_class, "config_type", None)
-    fields = getattr(config, "__dataclass_fields__", {})
-    if "record_decisions" in fields and "record_decisions" not in served:
-        served["record_decisions"] = False
-    return served
 
 
 def check_policy(

@@ -128,7 +128,7 @@ class SlidingServePolicy(Policy):
         if self.config.budget.release_decodes:
             self.demand.observe(view.now, view.waiting)
             self.outputs.observe(view.running, view.waiting)
-        watch = Stopwatch(self.model)
+        watch = Stopwatch(self.model, timing=self.config.record_decisions)
         refused = self._hopeless(view) if self.config.admission else []
         if refused:
             view = view.without(refused)
