@@ -205,14 +205,15 @@ class SlidingServePolicy(Policy):
         return plan
 
     def _tight_cap_applies(self, view: SchedulerView, decode_time: float) -> bool:
-        """Whether `tight_cache_cap` is the cap in force at this step: it is set, the
-        decodes alone (`decode_time`, predicted) take at most `TIGHT_DECODE_SHARE` of the
-        tightest TBT, and the KV cache is tight (`headroom.cache_is_tight`)."""
+        """Whether `tight_cache_cap` is the cap in force at this step: it is set, the KV
+        cache is tight (`headroom.cache_is_tight`), and the decodes alone (`decode_time`,
+        predicted) take at most `TIGHT_DECODE_SHARE` of the tightest TBT. The cache is
+        tested first: it is seldom tight, and the TBTs take a pass over the decodes."""
         return (
             bool(self.config.budget.tight_cache_cap)
             and bool(view.decoding)
-            and decode_time <= TIGHT_DECODE_SHARE * min(r.slo.tbt for r in view.decoding)
             and cache_is_tight(view, max(self.config.kv_headroom, TIGHT_CACHE_TOKENS))
+            and decode_time <= TIGHT_DECODE_SHARE * min(r.slo.tbt for r in view.decoding)
         )
 
     def _decode_costs(self, contexts: list[int]) -> DecodeCosts:
