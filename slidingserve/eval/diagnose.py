@@ -233,13 +233,12 @@ class Occupancy:
     def of(cls, iterations: Sequence[IterationLog]) -> Occupancy:
         if not iterations or not iterations[0].kv_total:
             return cls(math.nan, math.nan, math.nan)
-        total = iterations[0].kv_total
-        used = np.array([log.kv_used for log in iterations]) / total
+        used = np.array([log.kv_used / log.kv_total for log in iterations])
         weights = np.array([log.duration for log in iterations])
         busy = float(weights.sum())
         if busy <= 0:
             return cls(math.nan, float(used.max()), math.nan)
-        prefilling = np.array([log.kv_prefilling for log in iterations]) / total
+        prefilling = np.array([log.kv_prefilling / log.kv_total for log in iterations])
         mean = float(used @ weights) / busy
         full = float(weights[used >= FULL].sum()) / busy
         return cls(mean, float(used.max()), full, float(prefilling @ weights) / busy)

@@ -24,7 +24,7 @@ from slidingserve.core.request import WAITING
 
 if TYPE_CHECKING:
     from slidingserve.core.request import Request
-    from slidingserve.core.view import SchedulerView
+    from slidingserve.core.view import KVView, SchedulerView
 
 
 def startable_queue(queue: list[Request], view: SchedulerView) -> list[Request]:
@@ -37,10 +37,9 @@ def startable_queue(queue: list[Request], view: SchedulerView) -> list[Request]:
     can start this step, whatever its size.
     """
     kv = view.kv
-    block_size, held = kv.block_size, kv.held
     room = kv.num_free - view.decode_reserve()
     for request in view.prefilling:
-        room -= max(0, -(-request.prefill_target // block_size) - held(request))
+        room -= blocks_to_finish(request, kv)
     step_tokens = view.limits.max_num_batched_tokens
     busy = bool(view.decoding or view.prefilling)
     ahead = 0  # prefill tokens of the requests kept so far
@@ -48,9 +47,14 @@ def startable_queue(queue: list[Request], view: SchedulerView) -> list[Request]:
         if ahead >= step_tokens:
             return queue
         if request.phase is WAITING:
-            blocks = -(-request.prefill_target // block_size) - held(request)
+            blocks = blocks_to_finish(request, kv)
             if blocks > room and (busy or position):
                 return queue[:position] + [r for r in queue[position:] if r.phase is not WAITING]
             room -= blocks
         ahead += request.remaining_prefill
     return queue
+
+
+def blocks_to_finish(request: Request, kv: KVView) -> int:
+    """Blocks `request` still has to take to hold its whole prefill target."""
+    return max(0, -(-request.prefill_target // kv.block_size) - kv.held(request))
