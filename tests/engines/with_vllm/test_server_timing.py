@@ -1,7 +1,8 @@
 """`profile --live` end to end: a served engine's step periods, then a simulation of it.
 
-One server (about 30 s to start) serves a short burst of traffic; its step periods must come
-back as an engine-steps file that the simulator runs.
+Two servers (about 30 s each to start) serve short bursts of traffic, one at a rate under
+`random-chunk`, one all at once under vLLM's order; their step periods must come back as one
+engine-steps file that the simulator runs.
 """
 
 from __future__ import annotations
@@ -23,11 +24,17 @@ def test_a_served_engine_s_periods_come_back_and_simulate(tiny_model: Path, tmp_
     )
     said: list[str] = []
     steps = time_server(settings, tmp_path / "steps.json", rates=(8.0,), say=said.append)
-    assert said == ["profiled at 8 req/s: 24 requests completed"]
+    assert said == [
+        "profiled at 8 req/s (random-chunk): 24 requests completed",
+        "profiled all at once (vllm): 24 requests completed",
+    ]
+    assert not (tmp_path / "steps-burst.json").exists()  # merged into steps.json
     assert (steps.max_model_len, steps.max_num_batched_tokens, steps.max_num_seqs) == (
         512, 256, 16,
     )  # fmt: skip
     assert steps.kv_blocks * steps.block_size >= 512 and len(steps.batches) >= 50
+    # the burst's full steps: every seat taken, or a full token budget beside the decodes
+    assert any(b.shape.num_decodes == 16 or b.shape.num_tokens == 256 for b in steps.batches)
     assert all(batch.shape.num_decodes <= 16 for batch in steps.batches)
     periods = [batch.seconds for batch in steps.batches]
     assert min(periods) > 1e-4 and max(periods) < 5.0

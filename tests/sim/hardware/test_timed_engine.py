@@ -41,6 +41,23 @@ def test_noise_factors_are_the_profile_s_own_ratios() -> None:
     assert len(factors) > 50  # resampled, not one repeated value
 
 
+def test_a_slow_tail_keeps_its_spread_but_slows_no_step_on_average() -> None:
+    steps = make_steps(count=400, noise=0.05, seed=2)
+    slowed = tuple(  # one step in twenty three times as slow, as a stall makes it
+        TimedBatch(batch.shape, batch.seconds * 3) if i % 20 == 0 else batch
+        for i, batch in enumerate(steps.batches)
+    )
+    latency = ProfiledLatency(dataclasses.replace(steps, batches=slowed), seed=4)
+    raw = np.array([b.seconds / latency.expected_time(b.shape) for b in slowed])
+    assert raw.mean() > 1.05  # drawn as measured, every step would run this much slower
+    assert latency.ratios == pytest.approx(raw / raw.mean())
+    assert latency.ratios.mean() == pytest.approx(1.0)
+    assert latency.ratios.max() > 2.5  # the stalls are still drawn
+    shape = BatchShape((100,) * 4, ((32, 0),))
+    drawn = [latency.sample_time(shape) / latency.expected_time(shape) for _ in range(4000)]
+    assert float(np.mean(drawn)) == pytest.approx(1.0, abs=0.03)
+
+
 @pytest.mark.parametrize("num_decodes", [6, 200])  # 200: past a 128-token tile (rich set)
 def test_decode_runs_draw_the_noise_stepwise_calls_would(num_decodes: int) -> None:
     steps = make_steps(noise=0.2)
