@@ -39,18 +39,14 @@ def time_server(
     steps_out: Path,
     rates: Sequence[float],
     say: Callable[[str], None] = print,
-    burst: bool = True,
 ) -> EngineSteps:
-    """Serve `settings.requests` requests at each of `rates` (req/s), then, with `burst`, as
-    many all at once on a second server (module docstring); the periods land in
-    `steps_out`."""
+    """Serve `settings.requests` requests at each of `rates` (req/s), then as many all at
+    once on a second server (module docstring); the periods land in `steps_out`."""
     if not rates or any(not rate > 0 for rate in rates):
         raise ValueError(f"profiling needs positive rates, got {list(rates)}")
     steps_out = steps_out.resolve()
     steps_out.unlink(missing_ok=True)  # what is read back must be this run's
     rated = _timed(settings, RATED_POLICY, steps_out, rates, settings.seed, say)
-    if not burst:
-        return rated
     burst_out = steps_out.with_name(f"{steps_out.stem}-burst{steps_out.suffix}")
     burst_out.unlink(missing_ok=True)
     seed = settings.seed + BURST_SEED_OFFSET
