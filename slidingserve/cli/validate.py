@@ -22,7 +22,7 @@ VALIDATE_OUT_DIR = Path("results/validate")
 
 def add_parser(commands: Any) -> None:
     """Add `validate` to the `slidingserve` subcommands."""
-    from slidingserve.live.validation import DEFAULT_LOADS
+    from slidingserve.live.validation import DEFAULT_LOADS, DEFAULT_NOISE_DRAWS
 
     parser = commands.add_parser(
         "validate",
@@ -55,6 +55,13 @@ def add_parser(commands: Any) -> None:
         "machine's drift moves them alike (default: on with vLLM's CPU build; off on a GPU, "
         "where each server takes most of its memory)",
     )
+    parser.add_argument(
+        "--noise-draws",
+        type=int,
+        default=DEFAULT_NOISE_DRAWS,
+        help="the twin runs every trial with this many draws of the engine's noise and "
+        "reports their mean and range (1: the trials' seeds alone)",
+    )
     parser.add_argument("--out-dir", type=Path, default=VALIDATE_OUT_DIR)
     parser.set_defaults(handler=run)
 
@@ -78,7 +85,11 @@ def run(args: argparse.Namespace) -> int:
     live = live_settings(args)
     interleave = is_cpu_build() if args.interleave is None else args.interleave
     settings = ValidationSettings(
-        live, tuple(args.loads), budget_s=60 * args.budget, interleave=interleave
+        live,
+        tuple(args.loads),
+        budget_s=60 * args.budget,
+        interleave=interleave,
+        noise_draws=args.noise_draws,
     )
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     steps = load_engine_steps(args.steps) if args.steps is not None else None

@@ -11,6 +11,11 @@ policies. Policies that need a predictor or a profile get them as the simulator'
 (`calibrate_profiled`), and the project's predictor fitted to those timings. Every such
 policy gets the same batches, and none the simulated engine's own expected-time model, so
 SlidingServe plans with an estimate just as QoServe does.
+
+`noise_draw` runs every trial again with other noise on the engine's steps (the same
+requests, the same fitted engine, the same calibration): the twin's figures from several
+draws say how far noise alone moves them, which is how far a live run, one draw of the real
+engine's noise, may stand from the twin without the twin being wrong (`validation.py`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from slidingserve.metrics import RunMetrics, Timeline, measure, span
 from slidingserve.policies import PolicyContext, get_policy_class, make_policy
 from slidingserve.predictor.calibration import Calibration
 from slidingserve.predictor.steps import EngineSteps
+from slidingserve.sim.hardware.noise import noise_draw_seed
 from slidingserve.sim.hardware.timed_engine import ProfiledLatency, calibrate_profiled
 from slidingserve.sim.runner import context_for, run_policy
 from slidingserve.workloads import WorkloadConfig
@@ -48,13 +54,24 @@ class SimulatedTrials:
     venue = "the simulated engine"
     goodput_label = "simulated goodput"
 
-    def __init__(self, steps: EngineSteps, settings: LiveSettings) -> None:
+    def __init__(
+        self,
+        steps: EngineSteps,
+        settings: LiveSettings,
+        noise_draw: int = 0,
+        latency: ProfiledLatency | None = None,
+    ) -> None:
+        """`noise_draw`: which noise each trial runs with (`noise_draw_seed`; 0: the trial's
+        seed); `latency`: the engine fitted to `steps` already (fitted here if None)."""
         self.steps = steps
         self.settings = settings
         self.limits = EngineLimits(
             settings.max_num_batched_tokens, settings.max_num_seqs, steps.block_size
         )
-        self.latency = ProfiledLatency(steps)  # fitted once; each run reseeds its noise
+        noise_draw_seed(settings.seed, noise_draw)  # a bad draw fails here, not in a trial
+        self.noise_draw = noise_draw
+        # fitted once; each run reseeds its noise
+        self.latency = latency if latency is not None else ProfiledLatency(steps)
 
     @cached_property
     def calibration(self) -> Calibration:
@@ -82,7 +99,8 @@ class SimulatedTrials:
         """`workload` at `rate` with `seed`, measured from the run's start as bench does."""
         requests = scaled_requests(workload, rate, seed, self.steps.max_model_len)
         scheduler = make_policy(simulated_policy(policy), self.policy_context(policy))
-        run = run_policy(scheduler, self.latency.with_seed(seed), self.limits, requests)
+        engine = self.latency.with_seed(noise_draw_seed(seed, self.noise_draw))
+        run = run_policy(scheduler, engine, self.limits, requests)
         finished = [Timeline.of_request(request) for request in run.requests]
         return measure(finished, span(finished, start=0.0))
 

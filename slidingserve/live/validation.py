@@ -69,6 +69,7 @@ PROFILE_RATES = (2.0, 8.0, 16.0, 32.0)  # req/s: the profiling traffic, light lo
 PROBE_SEED_OFFSET = 10_000  # capacity, calibration and warm-up runs: seed + this
 EXTRA_RATES = 2  # rates a curve may add above or below the grid
 DEFAULT_STEP = 1.25  # the factor between extra rates when the grid has a single rate
+DEFAULT_NOISE_DRAWS = 4  # the twin's noise draws of every trial (docs/live.md §5)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,9 @@ class ValidationSettings:
     curve_points: int = 12  # simulated rates per policy for the plot's lines
     budget_s: float = 3600.0  # the live trials' most expected wall time
     interleave: bool = True  # every policy's server up at once, their trials interleaved
+    # the twin runs every trial with this many noise draws and reports their mean (and
+    # range); 1: the trials' own seeds alone
+    noise_draws: int = DEFAULT_NOISE_DRAWS
 
     def __post_init__(self) -> None:
         if not self.loads or any(not 0 < load <= 2 for load in self.loads):
@@ -98,6 +102,10 @@ class ValidationSettings:
             raise ValueError(f"curve_points must be ≥ 2, got {self.curve_points}")
         if not self.budget_s > 0:
             raise ValueError(f"the budget must be positive, got {self.budget_s} s")
+        if isinstance(self.noise_draws, bool) or not isinstance(self.noise_draws, int):
+            raise ValueError(f"noise_draws must be a whole number, got {self.noise_draws!r}")
+        if self.noise_draws < 1:
+            raise ValueError(f"noise_draws must be ≥ 1, got {self.noise_draws}")
 
     @property
     def seeds(self) -> list[int]:
@@ -539,11 +547,19 @@ def validate(
     except ValueError as error:
         raise ValueError(f"{error} (the profile is kept: --steps {steps_path})") from None
     live = run_venue(engine, settings, policies, say, measured=measured, closing=True)
-    twin = SimulatedTrials(steps, dataclasses.replace(live_settings, slo_scale=live.slo_scale))
+    twin_settings = dataclasses.replace(live_settings, slo_scale=live.slo_scale)
+    twin = SimulatedTrials(steps, twin_settings)
     say("the simulated twin: the same trials on the profiled engine")
     simulated = run_venue(
         twin, settings, policies, say, grid=live.rates, scale=live.slo_scale, lines=True
     )
+    draws = []
+    for draw in range(1, settings.noise_draws):
+        say(f"the simulated twin, noise draw {draw + 1} of {settings.noise_draws}")
+        other = SimulatedTrials(steps, twin_settings, draw, twin.latency)
+        result = run_venue(other, settings, policies, say, grid=live.rates, scale=live.slo_scale)
+        draws.append(result.curves)
+    simulated = dataclasses.replace(simulated, draws=tuple(draws))
     return Validation(
         settings, ordered_policies(policies), live, simulated, steps.engine, str(steps_path),
         time.monotonic() - start,

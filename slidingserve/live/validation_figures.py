@@ -150,9 +150,25 @@ class PolicyCurve:
         return statistics.median(values) if values else math.nan
 
 
+def mean_goodput(goodputs: Sequence[Goodput]) -> Goodput:
+    """The mean of `goodputs` (the same figure from several noise draws); where some draw
+    gave only a bound, the first such bound, which no error or ratio uses."""
+    if not goodputs:
+        raise ValueError("no goodput to average")
+    bounds = [goodput for goodput in goodputs if not goodput.exact]
+    if bounds:
+        return bounds[0]
+    return Goodput(statistics.fmean(goodput.value for goodput in goodputs))
+
+
 @dataclass(frozen=True)
 class VenueResult:
-    """Every policy's trials in one venue (live, or simulated)."""
+    """Every policy's trials in one venue (live, or simulated).
+
+    A simulated venue may hold further noise draws of the same trials (`draws`: the curves
+    of each, with the same requests on the same engine): its goodputs and latencies are
+    then the mean (median) over the draws, and `goodput_draws` gives each draw's, the
+    spread that noise alone makes."""
 
     venue: str
     capacity: float  # req/s completed when every request arrives at once
@@ -162,6 +178,8 @@ class VenueResult:
     lines: dict[str, PolicyCurve] = field(default_factory=dict)  # simulated: dense curves
     # live: the capacity measured again after every policy's trials, req/s (None: not run)
     closing_capacity: float | None = None
+    # simulated: the curves of every further noise draw (`curves` is draw 0)
+    draws: tuple[dict[str, PolicyCurve], ...] = ()
 
     @property
     def drift(self) -> float | None:
@@ -171,16 +189,38 @@ class VenueResult:
             return None
         return self.closing_capacity / self.capacity - 1
 
+    def every_draw(self, policy: str) -> list[PolicyCurve]:
+        """`policy`'s curve in each noise draw, draw 0 first (live: the one curve)."""
+        return [self.curves[policy], *(draw[policy] for draw in self.draws)]
+
+    def goodput_draws(self, threshold: float) -> dict[str, list[Goodput]]:
+        """Each policy's pooled goodput in each noise draw, draw 0 first."""
+        return {
+            policy: [curve.pooled_goodput(threshold) for curve in self.every_draw(policy)]
+            for policy in self.curves
+        }
+
     def goodputs(self, threshold: float) -> dict[str, Goodput]:
-        """Each policy's goodput from its pooled trials."""
-        return {p: curve.pooled_goodput(threshold) for p, curve in self.curves.items()}
+        """Each policy's goodput from its pooled trials (the mean over noise draws)."""
+        draws = self.goodput_draws(threshold)
+        return {policy: mean_goodput(draws[policy]) for policy in self.curves}
 
     def seed_goodputs(self, threshold: float, seeds: Sequence[int]) -> dict[str, list[Goodput]]:
-        """Each policy's goodput on each seed, in seed order."""
+        """Each policy's goodput on each seed, in seed order (the mean over noise draws)."""
         return {
-            policy: [curve.seed_goodput(seed, threshold) for seed in seeds]
-            for policy, curve in self.curves.items()
+            policy: [
+                mean_goodput([curve.seed_goodput(seed, threshold) for curve in curves])
+                for seed in seeds
+            ]
+            for policy in self.curves
+            for curves in [self.every_draw(policy)]
         }
+
+    def median_at(self, policy: str, rate: float, name: str) -> float:
+        """The median over seeds and noise draws of `policy`'s trials' `name` (a Trial
+        field) at `rate`."""
+        values = [getattr(t, name) for curve in self.every_draw(policy) for t in curve.at(rate)]
+        return statistics.median(values) if values else math.nan
 
 
 def exact_ratios(values: Sequence[Goodput], reference: Sequence[Goodput]) -> list[float]:
@@ -206,8 +246,9 @@ def common_rate(live: VenueResult, simulated: VenueResult, threshold: float) -> 
     """A rate every policy ran in both venues, the nearest to the median live goodput."""
     shared = set(live.rates)
     for result in (live, simulated):
-        for curve in result.curves.values():
-            shared &= set(curve.rates)
+        for policy in result.curves:
+            for curve in result.every_draw(policy):
+                shared &= set(curve.rates)
     if not shared:
         return None
     median = statistics.median(g.value for g in live.goodputs(threshold).values())

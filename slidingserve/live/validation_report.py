@@ -47,11 +47,32 @@ def _seed_mean(goodputs: list[Goodput]) -> str:
     return f"{text} ({bounds} bound{'s' if bounds != 1 else ''})" if bounds else text
 
 
+def draw_range(goodputs: list[Goodput]) -> str:
+    """The lowest and highest of a simulated goodput over its noise draws (bounds marked),
+    the spread noise alone makes; "-" with a single draw."""
+    if len(goodputs) < 2:
+        return "-"
+    low = min(goodputs, key=lambda goodput: goodput.value)
+    high = max(goodputs, key=lambda goodput: goodput.value)
+    return f"{low.text()} – {high.text()}"
+
+
+def within_draws(measured: Goodput, draws: list[Goodput]) -> str:
+    """Whether the live goodput lies within the simulated draws' range: "yes", "no", or
+    "n/a" (a bound, or a single draw)."""
+    if len(draws) < 2 or not measured.exact or not all(draw.exact for draw in draws):
+        return "n/a"
+    values = [draw.value for draw in draws]
+    return "yes" if min(values) <= measured.value <= max(values) else "no"
+
+
 def goodput_table(validation: Validation) -> str:
     """Each policy's goodput live (pooled; the per-seed mean with its interval) and
-    simulated, the error, and the ranks. `≥`/`<` mark bounds, which have no error."""
+    simulated (the mean over the noise draws, and their range), the error, whether live
+    lies within the draws, and the ranks. `≥`/`<` mark bounds, which have no error."""
     threshold, seeds = validation.settings.threshold, validation.settings.seeds
     live, sim = validation.live.goodputs(threshold), validation.simulated.goodputs(threshold)
+    draws = validation.simulated.goodput_draws(threshold)
     live_seeds = validation.live.seed_goodputs(threshold, seeds)
     live_rank, sim_rank = goodput_ranks(live), goodput_ranks(sim)
     rows = [
@@ -60,13 +81,18 @@ def goodput_table(validation: Validation) -> str:
             live[policy].text(),
             _seed_mean(live_seeds[policy]),
             sim[policy].text(),
+            draw_range(draws[policy]),
             _percent(goodput_error(sim[policy], live[policy])),
+            within_draws(live[policy], draws[policy]),
             str(live_rank[policy]),
             str(sim_rank[policy]),
         ]
         for policy in validation.policies
     ]
-    header = ["policy", "live", "live per seed", "simulated", "error", "rank live", "rank sim"]
+    header = [
+        "policy", "live", "live per seed", "simulated", "sim draws", "error", "live in draws",
+        "rank live", "rank sim",
+    ]  # fmt: skip
     return format_table(header, rows)
 
 
@@ -85,10 +111,9 @@ def latency_table(validation: Validation) -> str:
     rows = []
     for policy in validation.policies:
         row = [policy]
-        live = validation.live.curves[policy]
-        sim = validation.simulated.curves[policy]
         for _, field in LATENCIES:
-            measured, predicted = live.median_at(rate, field), sim.median_at(rate, field)
+            measured = validation.live.median_at(policy, rate, field)
+            predicted = validation.simulated.median_at(policy, rate, field)
             row += [f"{1000 * measured:.0f}", f"{1000 * predicted:.0f}"]
             row.append(_percent(relative_error(predicted, measured)))
         rows.append(row)
@@ -158,6 +183,7 @@ def summary(validation: Validation) -> dict[str, Any]:
     threshold, seeds = validation.settings.threshold, validation.settings.seeds
     live, sim = validation.live, validation.simulated
     live_goodput, sim_goodput = live.goodputs(threshold), sim.goodputs(threshold)
+    sim_draws = sim.goodput_draws(threshold)
     live_seeds, sim_seeds = (
         live.seed_goodputs(threshold, seeds),
         sim.seed_goodputs(threshold, seeds),
@@ -176,6 +202,7 @@ def summary(validation: Validation) -> dict[str, Any]:
                 "goodput_error": goodput_error(sim_goodput[policy], live_goodput[policy]),
                 "goodput_live_per_seed": [list(g) for g in live_seeds[policy]],
                 "goodput_simulated_per_seed": [list(g) for g in sim_seeds[policy]],
+                "goodput_simulated_draws": [list(g) for g in sim_draws[policy]],
                 "rank_live": live_rank[policy],
                 "rank_simulated": sim_rank[policy],
             }

@@ -124,6 +124,20 @@ def test_the_same_seeds_give_the_same_prediction() -> None:
     assert first.rows == second.rows and first.slo_scale == second.slo_scale
 
 
+def test_a_noise_draw_runs_the_same_requests_with_other_noise() -> None:
+    steps = linear_engine_steps(noise=0.2)
+    settings = dataclasses.replace(SETTINGS, slo_scale=1.0)
+    draws = [SimulatedTrials(steps, settings, draw) for draw in (0, 1, 1, 2)]
+    runs = [trials.run("sarathi-edf", 30.0, 1, 1.0) for trials in draws]
+    assert runs[1] == runs[2]  # a draw is seeded
+    assert runs[0].completed == runs[1].completed == runs[3].completed == 40  # same requests
+    assert len({run.ttft.p50 for run in (runs[0], runs[1], runs[3])}) == 3  # other noise
+    shared = SimulatedTrials(steps, settings, 2, draws[0].latency)  # the same fitted engine
+    assert shared.run("sarathi-edf", 30.0, 1, 1.0) == runs[3]
+    with pytest.raises(ValueError, match="noise draw"):
+        SimulatedTrials(steps, settings, -1)
+
+
 def test_a_fixed_scale_is_used_as_given() -> None:
     settings = dataclasses.replace(SETTINGS, slo_scale=0.3)
     result = simulate_comparison(linear_engine_steps(), settings, ["vllm"], [1.0])

@@ -32,6 +32,7 @@ from slidingserve.live.validation_figures import (
     Trial,
     curve_goodput,
     exact_ratios,
+    mean_goodput,
     wilson_interval,
 )
 from slidingserve.live.validation_plan import Progress, check_budget
@@ -251,7 +252,8 @@ def test_the_budget_refuses_a_plan_too_long_and_says_what_to_cut() -> None:
 @pytest.mark.parametrize(
     "change",
     [{"loads": ()}, {"loads": (0.5, 0.5)}, {"loads": (0.0,)}, {"loads": (3.0,)},
-     {"threshold": 1.0}, {"curve_points": 1}, {"budget_s": 0.0}, {"warmup_requests": -1}],
+     {"threshold": 1.0}, {"curve_points": 1}, {"budget_s": 0.0}, {"warmup_requests": -1},
+     {"noise_draws": 0}, {"noise_draws": 1.5}, {"noise_draws": True}],
 )  # fmt: skip
 def test_bad_settings_are_refused(change: dict[str, object]) -> None:
     with pytest.raises(ValueError):
@@ -363,6 +365,41 @@ def test_a_simulated_engine_validated_against_itself_agrees_exactly(tmp_path: Pa
     assert "live capacity after the trials" in text and "(+0% from the start" in text
     assert "rank live" in text and "slidingserve ÷ vllm:fcfs" in text and "(+0%)" in text
     assert plot(result, tmp_path / "v.png").stat().st_size > 10_000
+
+
+def test_the_twin_reports_the_mean_of_its_noise_draws_and_their_range(tmp_path: Path) -> None:
+    """With noise in the profile, each noise draw of the twin gives its own goodput: the
+    simulated goodput is their mean, the table shows their range and whether live lies in
+    it, and draw 0 is the twin's trials as one draw would run them."""
+    steps = linear_engine_steps(count=200, noise=0.3)
+    live = LiveSettings("unused", "mixed-v1", requests=60, repeats=2, out_dir=tmp_path)
+    settings = ValidationSettings(
+        live, loads=(0.6, 0.9, 1.2), curve_points=3, budget_s=1e6, noise_draws=3
+    )
+    said: list[str] = []
+    fake_live = functools.partial(SimulatedTrials, steps)
+    result = validate(settings, ["sarathi-edf"], steps, tmp_path / "steps.json", said.append,
+                      fake_live)  # fmt: skip
+    assert "the simulated twin, noise draw 3 of 3" in said
+    sim = result.simulated
+    assert len(sim.draws) == 2 and not result.live.draws
+    for policy in result.policies:
+        assert result.live.curves[policy] == sim.curves[policy]  # draw 0: the same trials
+        draws = sim.goodput_draws(settings.threshold)[policy]
+        assert len(draws) == 3 and draws[0] == result.live.goodputs(settings.threshold)[policy]
+        expected = mean_goodput(draws)
+        assert sim.goodputs(settings.threshold)[policy] == expected
+        assert summary(result)["policies"][policy]["goodput_simulated"] == expected.value
+    assert len({tuple(curve.trials) for curve in sim.every_draw("sarathi-edf")}) == 3
+    text = report(result)
+    assert "sim draws" in text and "live in draws" in text
+
+
+def test_a_mean_goodput_is_exact_only_when_every_draw_is() -> None:
+    assert mean_goodput([Goodput(2.0), Goodput(4.0)]) == Goodput(3.0)
+    assert mean_goodput([Goodput(2.0), Goodput(1.5, "<"), Goodput(9.0, "≥")]) == Goodput(1.5, "<")
+    with pytest.raises(ValueError):
+        mean_goodput([])
 
 
 def test_unknown_policies_fail_before_any_profiling(tmp_path: Path) -> None:

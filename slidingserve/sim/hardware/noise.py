@@ -13,6 +13,7 @@ FactorDraw = Callable[[np.random.Generator, int], FloatArray]
 
 BLOCK = 4096  # factors drawn per numpy call
 PROFILE_STREAM = 1  # spawn key of a profiler's stream, apart from every trial's seed
+NOISE_DRAW_STREAM = 2  # spawn key of a trial's further noise draws (`noise_draw_seed`)
 
 Seed = int | np.random.SeedSequence
 
@@ -22,6 +23,18 @@ def profiling_seed(seed: int) -> np.random.SeedSequence:
     trial (seeded with a plain int) ever draws, so the noise a policy is calibrated on is
     not the noise it is judged on."""
     return np.random.SeedSequence(seed, spawn_key=(PROFILE_STREAM,))
+
+
+def noise_draw_seed(seed: int, draw: int) -> Seed:
+    """The noise of draw `draw` of the trial seeded `seed`: draw 0 is `seed` itself (the
+    trial as it always ran), a later one `seed`'s `NOISE_DRAW_STREAM` child of that number,
+    which no other trial and no profiler draws. Simulating a trial again with other noise
+    (the same requests, the same engine) measures how much of a figure is noise."""
+    if draw < 0:
+        raise ValueError(f"a noise draw is a number >= 0, got {draw}")
+    if draw == 0:
+        return seed
+    return np.random.SeedSequence(seed, spawn_key=(NOISE_DRAW_STREAM, draw))
 
 
 class NoiseStream:

@@ -32,7 +32,7 @@ from slidingserve.predictor.calibration import (
     profiling_shapes,
 )
 from slidingserve.predictor.steps import EngineSteps
-from slidingserve.sim.hardware.noise import FloatArray, NoiseStream, profiling_seed
+from slidingserve.sim.hardware.noise import FloatArray, NoiseStream, Seed, profiling_seed
 
 MIN_TIME_SHARE = 0.5  # a step never runs in under this share of the fastest measured step
 
@@ -59,7 +59,7 @@ class ProfiledLatency:
         self.ratios: FloatArray = ratios / ratios.mean()  # noise of mean 1
         self._noise = NoiseStream(self._draw_factors, seed)
 
-    def with_seed(self, seed: int) -> ProfiledLatency:
+    def with_seed(self, seed: Seed) -> ProfiledLatency:
         """The same engine (no refit) with the noise stream of `seed`."""
         twin = copy.copy(self)
         twin._noise = NoiseStream(twin._draw_factors, seed)
