@@ -10,12 +10,15 @@ For each size N it builds `--views` random engine states with N active requests:
 decoding (ShareGPT-like contexts, 50 ms TBT, next-token slack 50 ms + Exp(200 ms)), half
 waiting or partly prefilled (realistic prompt lengths, TTFT slacks from −0.2 s to 2 s, so
 some are lost, some at risk and most calm). Every policy schedules the same states in the
-same run. Prints median and p99 wall time per `schedule` call, and for SlidingServe the
-median time per component (ordering and triage of the queue, predictor calls through the
-model, chunker incl. candidate batch, BatchConstructor; the predictions made inline along
-the queue, `predictor.queue_time_function`, are in the chunker's and the constructor's
-time and not counted as calls) with the share of iterations that took the constructor
-path, and the median predicted iteration time for scale (the paper's budget: scheduling < 5% of it).
+same run. Prints median and p99 wall time per `schedule` call of each policy as a server
+and a simulation run it (no decision records, `policies.unrecorded`), and for SlidingServe
+the median time per component, from a second pass over the same states with its records
+kept, as timing them costs time of its own (ordering and triage of the queue, predictor
+calls through the model, chunker incl. candidate batch, BatchConstructor; the predictions
+made inline along the queue, `predictor.queue_time_function`, are in the chunker's and the
+constructor's time and not counted as calls) with the share of iterations that took the
+constructor path, and the median predicted iteration time for scale (the paper's budget:
+scheduling < 5% of it).
 `--features` picks the predictor the policies plan with (the calibration's, rich by default);
 `--set` gives a policy or a label its options (`--policies slidingserve slidingserve#nocap
 --set slidingserve#nocap.iteration_cap=0`: what one switch costs, measured in one run).
@@ -35,7 +38,7 @@ import numpy as np
 from slidingserve.cli.settings import with_assignments
 from slidingserve.core import SLO, EngineLimits, KVBlockManager, Phase, Request, SchedulerView
 from slidingserve.core.prefix_cache import PrefixCachingKV
-from slidingserve.policies import PolicyContext, make_policy
+from slidingserve.policies import PolicyContext, get_policy_class, make_policy, unrecorded
 from slidingserve.policies.slidingserve import SlidingServePolicy
 from slidingserve.predictor import DEFAULT_FEATURES, FEATURE_SETS
 from slidingserve.sim.calibration import calibrate
@@ -125,14 +128,18 @@ def main() -> None:
         views = [random_view(size, limits, rng, args.prefix_cache) for _ in range(args.views)]
         for name in args.policies:
             context = PolicyContext(limits, predictor, calibration.batches)
-            policy = make_policy(name, context, options.get(name, {}))
+            chosen = options.get(name, {})
+            served = make_policy(name, context, unrecorded(get_policy_class(name), chosen))
             wall = []
             for view in views:
                 started = time.perf_counter()
-                policy.schedule(view)
+                served.schedule(view)
                 wall.append(time.perf_counter() - started)
             median, p99 = _ms(float(np.median(wall))), _ms(float(np.percentile(wall, 99)))
-            print(f"{size:>8}  {name:<22} {median:>9} {p99:>8}  {_components(policy)}")
+            recorded = make_policy(name, context, chosen)  # its components, timed apart
+            for view in views:
+                recorded.schedule(view)
+            print(f"{size:>8}  {name:<22} {median:>9} {p99:>8}  {_components(recorded)}")
 
 
 def _components(policy: object) -> str:
