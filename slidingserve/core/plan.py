@@ -8,7 +8,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, NamedTuple
 
 from slidingserve.core.batch import BatchShape
-from slidingserve.core.kv_blocks import KVBlockManager
+from slidingserve.core.kv_blocks import KVBlockManager, next_token_blocks
 from slidingserve.core.request import DECODING, FINISHED, WAITING
 
 if TYPE_CHECKING:
@@ -140,8 +140,37 @@ class PlanBuilder:
             self.seats_left -= len(decoding)
             self.tokens_left -= len(decoding)
             return
+        if self._add_some_decodes(requests, contexts):
+            return
         for request in requests:
             self.add(request, 1)
+
+    def _add_some_decodes(
+        self, requests: Iterable[Request], contexts: Sequence[int] | None
+    ) -> bool:
+        """`add_decodes` at once for some of `view.decoding`, each once, when they fit in
+        the seats, the tokens and the free blocks together (then every one would get its
+        token from `add`, with the same blocks): QoServe's decodes under its decode chunk
+        size. False, having added nothing, otherwise."""
+        if not isinstance(requests, list | tuple) or len(requests) > min(
+            self.seats_left, self.tokens_left
+        ):
+            return False
+        chosen = set(map(id, requests))
+        if len(chosen) != len(requests) or not chosen.issubset(map(id, self._view.decoding)):
+            return False
+        needed = next_token_blocks(self._view.kv, requests)
+        if needed > self.blocks_left:
+            return False
+        self.chunks.extend(map(_new_chunk, zip(requests, repeat(1))))
+        self._decode_contexts.extend(
+            [r.num_computed for r in requests] if contexts is None else contexts
+        )
+        self.blocks_left -= needed
+        self._reserved -= needed
+        self.seats_left -= len(requests)
+        self.tokens_left -= len(requests)
+        return True
 
     def add_prefills(self, requests: Iterable[Request]) -> None:
         """Greedy fill: each request takes min(remaining, what is left). Waiting requests

@@ -133,6 +133,44 @@ class TestPlanBuilder:
         builder.add_prefills(view.waiting)
         assert [c.request.request_id for c in builder.chunks] == ["d0", "w0"]
 
+    @given(
+        st.lists(
+            st.one_of(st.integers(1, 64), st.sampled_from([16, 32, 48])), min_size=1, max_size=10
+        ),
+        st.lists(st.integers(0, 9), max_size=12),
+        st.integers(0, 12),
+        st.integers(1, 12),
+    )
+    def test_some_decodes_added_at_once_as_one_by_one(
+        self, prompts: list[int], picks: list[int], spare_blocks: int, seats: int
+    ) -> None:
+        """Some of the decodes (QoServe's, under its decode chunk size; maybe one twice)
+        leave the builder as adding each in turn does, a prefill after them included:
+        prompts of whole blocks put their next tokens in a new one, and few spare
+        blocks or seats make some fail. The engine has made room for every decode's next
+        token (`SchedulerView`)."""
+        decodes = [make_decoding(f"d{i}", prompt=p) for i, p in enumerate(prompts)]
+        chosen = [decodes[i % len(decodes)] for i in picks]
+        prefill = make_request("p", prompt=100, computed=16)
+        states = []
+        for at_once in (True, False):
+            held = sum(-(-r.num_computed // 16) for r in (*decodes, prefill))
+            blocks = held + len([r for r in decodes if r.num_computed % 16 == 0]) + spare_blocks
+            limits = EngineLimits(max_num_seqs=seats + len(decodes) + 1)
+            view, _ = make_view(running=[prefill, *decodes], kv_blocks=blocks, limits=limits)
+            builder = PlanBuilder(view, token_budget=len(decodes) + seats)
+            if at_once:
+                builder.add_decodes(chosen)
+            else:
+                for request in chosen:
+                    builder.add(request, 1)
+            granted = builder.add(prefill, 84)
+            states.append(
+                (builder.chunks, builder.shape(), builder.blocks_left, builder.tokens_left,
+                 builder.seats_left, granted)
+            )  # fmt: skip
+        assert states[0] == states[1]
+
 
 class TestValidatePlan:
     def test_a_builder_plan_is_valid(self) -> None:

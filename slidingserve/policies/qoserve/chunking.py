@@ -44,16 +44,27 @@ def decode_deadline(request: Request, reanchor_late: bool) -> float:
     return anchor + request.num_generated * request.slo.tbt
 
 
+def reanchored_deadlines(decodes: Iterable[Request]) -> list[float]:
+    """`decode_deadline(r, True)` of each of `decodes`, in one pass without a call per
+    request (QoServe reads every decode's at every iteration): the same operations in the
+    same order, so the same floats (tests/policies/qoserve check it)."""
+    deadlines = []
+    for request in decodes:
+        slo = request.slo
+        first = request.arrival + slo.ttft  # the TTFT deadline
+        times = request.token_times
+        anchor = times[0] if times and times[0] > first else first
+        deadlines.append(anchor + request.num_generated * slo.tbt)
+    return deadlines
+
+
 def select_decodes(
     decoding: Iterable[Request], now: float, limit: int, reanchor_late: bool = True
 ) -> DecodeSelection:
     """Decodes by increasing slack, each adding one token while the batch holds fewer than
     `limit` tokens: the first `limit` of them. Slack is read from `decode_deadline`."""
     decodes = list(decoding)
-    if reanchor_late:
-        deadlines = [decode_deadline(r, reanchor_late) for r in decodes]
-    else:
-        deadlines = next_deadlines(decodes)
+    deadlines = reanchored_deadlines(decodes) if reanchor_late else next_deadlines(decodes)
     chosen = sorted(range(len(decodes)), key=deadlines.__getitem__)[:limit]  # stable
     min_slack = deadlines[chosen[0]] - now if chosen else math.inf
     requests = [decodes[i] for i in chosen]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from slidingserve.core.checks import require_int, require_number
 from slidingserve.core.request import next_deadlines
 from slidingserve.policies.slidingserve.chunker import ChunkChoice, paper_chunk, window_chunk
-from slidingserve.policies.slidingserve.windows import decode_horizons, slack_horizons
+from slidingserve.policies.slidingserve.windows import deadline_horizons, decode_horizons
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -111,8 +111,7 @@ def budget_windows(
     k = max(2, budget.rule.k if isinstance(budget.rule, WindowSplit) else 2)
     tbts = [r.slo.tbt for r in decoding]
     if bounding is None:
-        slacks = [deadline - now for deadline in next_deadlines(decoding)]
-        horizons = slack_horizons(slacks, tbts, k)
+        horizons = deadline_horizons(next_deadlines(decoding), tbts, now, k)
     else:
         horizons = decode_horizons(bounding, now, k)
     if budget.time_margin != 1:

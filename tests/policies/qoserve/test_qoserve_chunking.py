@@ -6,12 +6,16 @@ import math
 
 import pytest
 from factories import make_decoding
+from hypothesis import given
+from hypothesis import strategies as st
 
 from slidingserve.policies.qoserve.chunking import (
     capped_grid,
     choose_total,
+    decode_deadline,
     is_low_memory,
     largest_fitting,
+    reanchored_deadlines,
     select_decodes,
 )
 from slidingserve.policies.qoserve.config import LOW_MEMORY_GRID, TOKEN_GRID
@@ -100,3 +104,26 @@ class TestSelectDecodes:
 
     def test_no_decodes_no_tbt_limit(self) -> None:
         assert select_decodes([], now=0.0, limit=256) == ([], math.inf, 0)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0.0, 1e5), st.floats(0.01, 30.0), st.floats(0.001, 1.0),
+            st.integers(1, 500), st.one_of(st.none(), st.floats(0.0, 1e5)),
+        ),
+        max_size=12,
+    )
+)  # fmt: skip
+def test_the_one_pass_deadlines_are_decode_deadline_s(
+    rows: list[tuple[float, float, float, int, float | None]],
+) -> None:
+    """Arrival, TTFT, TBT, tokens emitted and the first token's time (None: not recorded):
+    the deadlines read in one pass are the very floats `decode_deadline` gives."""
+    decodes = []
+    for i, (arrival, ttft, tbt, generated, first) in enumerate(rows):
+        request = make_decoding(f"d{i}", arrival=arrival, ttft=ttft, tbt=tbt, generated=1)
+        request.num_generated = generated
+        request.token_times = [] if first is None else [first]
+        decodes.append(request)
+    assert reanchored_deadlines(decodes) == [decode_deadline(r, True) for r in decodes]

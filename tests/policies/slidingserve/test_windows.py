@@ -6,9 +6,15 @@ import math
 
 import pytest
 from factories import make_decoding
+from hypothesis import given
+from hypothesis import strategies as st
 
 from slidingserve.core import Request
-from slidingserve.policies.slidingserve.windows import decode_horizons
+from slidingserve.policies.slidingserve.windows import (
+    deadline_horizons,
+    decode_horizons,
+    slack_horizons,
+)
 
 NOW = 1.0
 
@@ -39,3 +45,21 @@ def test_lost_decodes_are_ignored() -> None:
 def test_without_safe_decodes_every_horizon_is_infinite(k: int) -> None:
     assert decode_horizons([], NOW, k) == [math.inf] * k
     assert decode_horizons([decode("late", -0.010, 0.050)], NOW, k) == [math.inf] * k
+
+
+@given(
+    st.lists(st.floats(0.0, 1e4, allow_subnormal=False), max_size=10),
+    st.floats(0.0, 1e4),
+    st.one_of(st.just(None), st.lists(st.floats(0.001, 1.0), min_size=10, max_size=10)),
+    st.sampled_from([0.05, 0.1, 1 / 3]),
+    st.integers(1, 4),
+)
+def test_one_tbt_for_every_decode_gives_the_same_floats_from_the_earliest_deadline(
+    deadlines: list[float], now: float, tbts: list[float] | None, tbt: float, k: int
+) -> None:
+    """The shortcut for decodes sharing one L_tbt (`tbts` None) and the general rule with
+    their own ones agree, float for float, with every slack as the general rule reads
+    it; lost decodes (a deadline not after `now`) included."""
+    own = [tbt] * len(deadlines) if tbts is None else tbts[: len(deadlines)]
+    general = slack_horizons([deadline - now for deadline in deadlines], own, k)
+    assert deadline_horizons(deadlines, own, now, k) == general
