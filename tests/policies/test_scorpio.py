@@ -115,6 +115,16 @@ def test_a_preempted_request_sorts_first_by_its_past_ttft_deadline() -> None:
     assert ids(ldf_order([fresh, preempted])) == ["preempted", "fresh"]
 
 
+@given(st.lists(st.tuples(st.sampled_from([0.0, 0.5, 1.5]), st.sampled_from([0.5, 1.0, 2.0]))))
+def test_ldf_order_sorts_by_ttft_deadline_then_arrival_keeping_ties_in_queue_order(
+    rows: list[tuple[float, float]],
+) -> None:
+    """Arrivals and TTFTs from a few values, so that deadlines and arrivals tie."""
+    queue = [make_request(f"r{i}", arrival=a, ttft=ttft) for i, (a, ttft) in enumerate(rows)]
+    expected = sorted(queue, key=lambda r: (r.ttft_deadline, r.arrival))
+    assert ids(ldf_order(queue)) == ids(expected)
+
+
 def test_a_hopeless_request_is_refused_and_a_feasible_one_kept() -> None:
     # hopeless: 1000 tokens wait 10 + 100 ms, + 50 ms margin = 0.16 s > 0.1 s of TTFT.
     # feasible: its own 500 tokens only (the refused request's are not charged to it):

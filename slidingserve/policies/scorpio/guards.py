@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from slidingserve.policies.common import deadline_order
 from slidingserve.policies.output_lengths import MIN_SAMPLES, departures
 
 if TYPE_CHECKING:
@@ -27,7 +28,11 @@ def ldf_order(requests: Iterable[Request]) -> list[Request]:
     """Least deadline first: by a_i + L_ttft_i (the authors' `ttft_deadline`, which is the
     time left to it), ties by arrival. A request preempted after its first token keeps its
     TTFT deadline, already past, so it comes first."""
-    return sorted(requests, key=lambda r: (r.ttft_deadline, r.arrival))
+    queue = list(requests)
+    # `Request.ttft_deadline` (a + L_ttft + 0·L_tbt, the same float) without a call each
+    deadlines = [r.arrival + r.slo.ttft for r in queue]
+    order = deadline_order(deadlines, [r.arrival for r in queue])
+    return [queue[i] for i in order]
 
 
 class TpotState:

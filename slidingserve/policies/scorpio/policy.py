@@ -81,6 +81,7 @@ from typing import TYPE_CHECKING
 
 from slidingserve.core.batch import BatchShape
 from slidingserve.core.plan import PlanBuilder
+from slidingserve.core.request import remaining_prefills
 from slidingserve.policies.base import Policy
 from slidingserve.policies.common import planning_predictor, token_budget
 from slidingserve.policies.scorpio.config import ScorpioConfig
@@ -223,13 +224,14 @@ class ScorpioPolicy(Policy):
         `order`: the waiting requests in deadline order, when the caller has sorted them."""
         ahead = sum(r.remaining_prefill for r in view.prefilling)
         refused: list[Request] = []
-        margin = self.config.ttft_margin
-        full = self._prefill_time(self.max_tokens)
-        for request in ldf_order(view.waiting) if order is None else order:
-            tokens = ahead + request.remaining_prefill
+        margin, now = self.config.ttft_margin, view.now
+        queue = ldf_order(view.waiting) if order is None else order
+        for request, remaining in zip(queue, remaining_prefills(queue), strict=True):
+            tokens = ahead + remaining
             if not request.num_generated:
-                wait = self.prefill_wait(tokens, full)
-                if view.now + wait + margin > request.ttft_deadline:
+                wait = self.prefill_wait(tokens)
+                # `Request.ttft_deadline`, the same float, without a call per request
+                if now + wait + margin > request.arrival + request.slo.ttft:
                     refused.append(request)
                     continue
             ahead = tokens
@@ -256,15 +258,20 @@ class ScorpioPolicy(Policy):
 
     # -- the predictor --------------------------------------------------------------------
 
-    def prefill_wait(self, tokens: int, full: float | None = None) -> float:
+    def prefill_wait(self, tokens: int) -> float:
         """Predicted time to prefill `tokens` prompt tokens in prefill-only batches of the
         budget, seconds: ⌊tokens / B⌋ full batches and one of the rest."""
         if tokens <= 0:
             return 0.0
         batches, rest = divmod(tokens, self.max_tokens)
+        times = self._prefill_times  # every size asked before, read without a call
+        full = times.get(self.max_tokens)
         if full is None:
             full = self._prefill_time(self.max_tokens)
-        return batches * full + (self._prefill_time(rest) if rest else 0.0)
+        if not rest:
+            return batches * full + 0.0
+        seconds = times.get(rest)
+        return batches * full + (self._prefill_time(rest) if seconds is None else seconds)
 
     def decode_time(self, batch_size: float, context: float) -> float:
         """Predicted time of a decode-only step of `batch_size` (≥ 1, fractional allowed)
