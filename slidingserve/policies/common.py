@@ -60,7 +60,10 @@ def deadline_key(request: Request) -> tuple[float, float]:
 
 def deadline_order(deadlines: list[float], arrivals: list[float]) -> list[int]:
     """The positions sorted as `deadline_key` sorts: by (deadline, arrival), ties in the
-    order given. Two stable sorts on plain floats, cheaper than one on pairs."""
+    order given. Two stable sorts on plain floats, cheaper than one on pairs; one when no
+    two deadlines tie (the usual case), as the arrivals then order nothing."""
+    if len(set(deadlines)) == len(deadlines):
+        return sorted(range(len(deadlines)), key=deadlines.__getitem__)
     order = sorted(range(len(deadlines)), key=arrivals.__getitem__)
     order.sort(key=deadlines.__getitem__)
     return order

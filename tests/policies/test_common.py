@@ -8,6 +8,8 @@ from collections.abc import Iterable
 
 import pytest
 from factories import make_request
+from hypothesis import given
+from hypothesis import strategies as st
 
 from slidingserve.core import Phase, Request
 from slidingserve.policies.common import (
@@ -15,6 +17,7 @@ from slidingserve.policies.common import (
     Relegation,
     cannot_finish_prefill,
     deadline_key,
+    deadline_order,
     prefill_seconds,
 )
 
@@ -110,3 +113,19 @@ class TestPrefillRateEma:
         ema = PrefillRateEma(8500.0, 0.995)
         ema.observe(100, 0.0)
         assert ema.value == 8500.0
+
+
+@given(
+    st.lists(
+        st.tuples(st.one_of(st.floats(0.0, 10.0), st.sampled_from([1.0, 2.0])),
+                  st.sampled_from([0.0, 0.5, 1.0])),
+        max_size=30,
+    )
+)  # fmt: skip
+def test_deadline_order_sorts_by_deadline_then_arrival_ties_in_the_order_given(
+    rows: list[tuple[float, float]],
+) -> None:
+    """Deadlines that tie often (two values drawn often) or never: the same order either way."""
+    deadlines, arrivals = [d for d, _ in rows], [a for _, a in rows]
+    expected = sorted(range(len(rows)), key=lambda i: (deadlines[i], arrivals[i]))
+    assert deadline_order(deadlines, arrivals) == expected
