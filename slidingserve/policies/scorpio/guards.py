@@ -29,6 +29,8 @@ def ldf_order(requests: Iterable[Request]) -> list[Request]:
     time left to it), ties by arrival. A request preempted after its first token keeps its
     TTFT deadline, already past, so it comes first."""
     queue = list(requests)
+    if len(queue) < 2:  # the usual queue at the goodput: nothing to sort
+        return queue
     # `Request.ttft_deadline` (a + L_ttft + 0·L_tbt, the same float) without a call each
     deadlines = [r.arrival + r.slo.ttft for r in queue]
     order = deadline_order(deadlines, [r.arrival for r in queue])

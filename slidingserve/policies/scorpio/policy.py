@@ -222,6 +222,8 @@ class ScorpioPolicy(Policy):
         (ongoing prefills first) and their own + `ttft_margin`. A refused request's tokens
         are not charged to later ones; one preempted after its first token is never refused.
         `order`: the waiting requests in deadline order, when the caller has sorted them."""
+        if not view.waiting:
+            return []
         ahead = sum(r.remaining_prefill for r in view.prefilling)
         refused: list[Request] = []
         margin, now = self.config.ttft_margin, view.now
