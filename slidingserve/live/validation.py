@@ -28,6 +28,10 @@ has a measured and a predicted value (`validation_figures.py`).
   that never passed or never failed gives a bound, which no error or ratio uses. Policies
   are compared by per-seed ratios with Student-t intervals. The pooled goodput reads the
   rates every seed ran.
+- **The twin with several draws of its noise.** A live run is one draw of the engine's
+  noise; the twin runs every trial `noise_draws` times, the same requests on the same
+  fitted engine with other noise, and reports the mean and the range, which is how far
+  live may stand from an exact twin (docs/results.md §9: up to ±12% for a pooled goodput).
 - **Every run starts cold and apart.** Each server first serves a small burst that is thrown
   away (a cold engine's first requests pay for compilation and allocation). Capacity,
   calibration and warm-up runs draw their requests from seeds of their own
@@ -69,7 +73,7 @@ PROFILE_RATES = (2.0, 8.0, 16.0, 32.0)  # req/s: the profiling traffic, light lo
 PROBE_SEED_OFFSET = 10_000  # capacity, calibration and warm-up runs: seed + this
 EXTRA_RATES = 2  # rates a curve may add above or below the grid
 DEFAULT_STEP = 1.25  # the factor between extra rates when the grid has a single rate
-DEFAULT_NOISE_DRAWS = 4  # the twin's noise draws of every trial (docs/live.md §5)
+DEFAULT_NOISE_DRAWS = 4  # the twin's noise draws of every trial (docs/live.md §6, step 6)
 
 
 @dataclass(frozen=True)

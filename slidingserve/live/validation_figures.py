@@ -144,11 +144,6 @@ class PolicyCurve:
         points = [(rate, self.pooled_rate(rate)) for rate in self.common_rates]
         return curve_goodput(points, threshold)
 
-    def median_at(self, rate: float, name: str) -> float:
-        """The median over seeds of the trials' `name` (a Trial field) at `rate`."""
-        values = [getattr(trial, name) for trial in self.at(rate)]
-        return statistics.median(values) if values else math.nan
-
 
 def mean_goodput(goodputs: Sequence[Goodput]) -> Goodput:
     """The mean of `goodputs` (the same figure from several noise draws); where some draw
