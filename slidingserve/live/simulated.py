@@ -21,6 +21,7 @@ engine's noise, may stand from the twin without the twin being wrong (`validatio
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 from collections.abc import Callable, Sequence
 from functools import cached_property
@@ -54,15 +55,9 @@ class SimulatedTrials:
     venue = "the simulated engine"
     goodput_label = "simulated goodput"
 
-    def __init__(
-        self,
-        steps: EngineSteps,
-        settings: LiveSettings,
-        noise_draw: int = 0,
-        latency: ProfiledLatency | None = None,
-    ) -> None:
+    def __init__(self, steps: EngineSteps, settings: LiveSettings, noise_draw: int = 0) -> None:
         """`noise_draw`: which noise each trial runs with (`noise_draw_seed`; 0: the trial's
-        seed); `latency`: the engine fitted to `steps` already (fitted here if None)."""
+        seed)."""
         self.steps = steps
         self.settings = settings
         self.limits = EngineLimits(
@@ -70,8 +65,15 @@ class SimulatedTrials:
         )
         noise_draw_seed(settings.seed, noise_draw)  # a bad draw fails here, not in a trial
         self.noise_draw = noise_draw
-        # fitted once; each run reseeds its noise
-        self.latency = latency if latency is not None else ProfiledLatency(steps)
+        self.latency = ProfiledLatency(steps)  # fitted once; each run reseeds its noise
+
+    def with_noise_draw(self, draw: int) -> SimulatedTrials:
+        """These trials with noise draw `draw`: the same fitted engine and, once made, the
+        same calibration (its stream is apart from every draw's), neither made again."""
+        noise_draw_seed(self.settings.seed, draw)
+        other = copy.copy(self)
+        other.noise_draw = draw
+        return other
 
     @cached_property
     def calibration(self) -> Calibration:

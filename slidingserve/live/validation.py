@@ -551,8 +551,7 @@ def validate(
     except ValueError as error:
         raise ValueError(f"{error} (the profile is kept: --steps {steps_path})") from None
     live = run_venue(engine, settings, policies, say, measured=measured, closing=True)
-    twin_settings = dataclasses.replace(live_settings, slo_scale=live.slo_scale)
-    twin = SimulatedTrials(steps, twin_settings)
+    twin = SimulatedTrials(steps, dataclasses.replace(live_settings, slo_scale=live.slo_scale))
     say("the simulated twin: the same trials on the profiled engine")
     simulated = run_venue(
         twin, settings, policies, say, grid=live.rates, scale=live.slo_scale, lines=True
@@ -560,7 +559,7 @@ def validate(
     draws = []
     for draw in range(1, settings.noise_draws):
         say(f"the simulated twin, noise draw {draw + 1} of {settings.noise_draws}")
-        other = SimulatedTrials(steps, twin_settings, draw, twin.latency)
+        other = twin.with_noise_draw(draw)
         result = run_venue(other, settings, policies, say, grid=live.rates, scale=live.slo_scale)
         draws.append(result.curves)
     simulated = dataclasses.replace(simulated, draws=tuple(draws))

@@ -132,10 +132,14 @@ def test_a_noise_draw_runs_the_same_requests_with_other_noise() -> None:
     assert runs[1] == runs[2]  # a draw is seeded
     assert runs[0].completed == runs[1].completed == runs[3].completed == 40  # same requests
     assert len({run.ttft.p50 for run in (runs[0], runs[1], runs[3])}) == 3  # other noise
-    shared = SimulatedTrials(steps, settings, 2, draws[0].latency)  # the same fitted engine
+    calibration = draws[0].calibration
+    shared = draws[0].with_noise_draw(2)  # the same fitted engine and calibration
+    assert shared.latency is draws[0].latency and shared.calibration is calibration
     assert shared.run("sarathi-edf", 30.0, 1, 1.0) == runs[3]
     with pytest.raises(ValueError, match="noise draw"):
         SimulatedTrials(steps, settings, -1)
+    with pytest.raises(ValueError, match="noise draw"):
+        draws[0].with_noise_draw(-1)
 
 
 def test_a_fixed_scale_is_used_as_given() -> None:

@@ -227,11 +227,12 @@ class ScorpioPolicy(Policy):
         ahead = sum(r.remaining_prefill for r in view.prefilling)
         refused: list[Request] = []
         margin, now = self.config.ttft_margin, view.now
+        full = self._prefill_time(self.max_tokens)
         queue = ldf_order(view.waiting) if order is None else order
         for request, remaining in zip(queue, remaining_prefills(queue), strict=True):
             tokens = ahead + remaining
             if not request.num_generated:
-                wait = self.prefill_wait(tokens)
+                wait = self.prefill_wait(tokens, full)
                 # `Request.ttft_deadline`, the same float, without a call per request
                 if now + wait + margin > request.arrival + request.slo.ttft:
                     refused.append(request)
@@ -260,20 +261,16 @@ class ScorpioPolicy(Policy):
 
     # -- the predictor --------------------------------------------------------------------
 
-    def prefill_wait(self, tokens: int) -> float:
+    def prefill_wait(self, tokens: int, full: float | None = None) -> float:
         """Predicted time to prefill `tokens` prompt tokens in prefill-only batches of the
-        budget, seconds: ⌊tokens / B⌋ full batches and one of the rest."""
+        budget, seconds: ⌊tokens / B⌋ full batches and one of the rest. `full`: the time
+        of a full batch, when the caller has read it."""
         if tokens <= 0:
             return 0.0
         batches, rest = divmod(tokens, self.max_tokens)
-        times = self._prefill_times  # every size asked before, read without a call
-        full = times.get(self.max_tokens)
         if full is None:
             full = self._prefill_time(self.max_tokens)
-        if not rest:
-            return batches * full + 0.0
-        seconds = times.get(rest)
-        return batches * full + (self._prefill_time(rest) if seconds is None else seconds)
+        return batches * full + (self._prefill_time(rest) if rest else 0.0)
 
     def decode_time(self, batch_size: float, context: float) -> float:
         """Predicted time of a decode-only step of `batch_size` (≥ 1, fractional allowed)
