@@ -1,6 +1,7 @@
 """What the adapter adds to each vLLM step, beside vLLM's own scheduler, policy by policy.
 
     python benchmarks/vllm_overhead.py --model tiny-llama [--requests 64] [--policies ...]
+        [--max-num-batched-tokens 256] [--max-num-seqs 32]
 
 Needs the `vllm` extra and a model folder (`slidingserve tiny-model --out tiny-llama`).
 For each policy it serves the same offline traffic (`--requests` prompts of mixed lengths,
@@ -31,6 +32,8 @@ def main() -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--policies", nargs="+", default=sorted(POLICIES))
+    parser.add_argument("--max-num-batched-tokens", type=int, default=256)
+    parser.add_argument("--max-num-seqs", type=int, default=32)
     args = parser.parse_args()
     require_vllm()
     prepare_offline_process()
@@ -43,16 +46,18 @@ def main() -> None:
     for name in args.policies:
         llm = LLM(
             model=args.model,
-            **engine_kwargs(max_num_batched_tokens=256, max_num_seqs=32),
+            **engine_kwargs(
+                max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs
+            ),
             **adapter_kwargs(name, online_learning=False),
         )
         scheduler = llm.llm_engine.engine_core.engine_core.scheduler
         prompts = [{"prompt_token_ids": [5 + (i % 900) for i in range(n)]} for n in lengths]
         llm.generate(prompts, SamplingParams(max_tokens=32, ignore_eos=True), use_tqdm=False)
         adapter = np.array(scheduler.timer.step_overhead) * 1000
-        own = statistics.median(scheduler.vllm_schedule_seconds) * 1000
+        own = statistics.median(scheduler.timer.vllm_schedule_seconds) * 1000
         step = statistics.median(s.seconds for s in scheduler.timer.samples) * 1000
-        mismatches = scheduler.health.counts().plan_mismatches
+        mismatches = scheduler.health.counts.plan_mismatches
         print(
             f"{name:<22} {np.median(adapter):>9.3f} / {np.percentile(adapter, 99):<7.3f}"
             f" {own:>13.3f} {step:>8.2f} {len(adapter):>6} {mismatches:>8}"
