@@ -62,6 +62,7 @@ def main() -> None:
             f"{name:<22} {np.median(adapter):>9.3f} / {np.percentile(adapter, 99):<7.3f}"
             f" {own:>13.3f} {step:>8.2f} {len(adapter):>6} {mismatches:>8}"
         )
+        llm.llm_engine.engine_core.shutdown()
         del llm
 
 
