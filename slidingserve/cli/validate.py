@@ -5,16 +5,15 @@ simulated twin of the same trials, print both side by side and draw them (docs/l
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slidingserve.cli.compare import add_live_workload_flags, live_settings
 
 if TYPE_CHECKING:
-    from slidingserve.live.validation_figures import PolicyCurve
+    from slidingserve.live.validation import Validation, ValidationSettings
+    from slidingserve.predictor.steps import EngineSteps
 
 VALIDATE_POLICIES = "slidingserve,slidingserve-paper,sarathi-edf,qoserve,vllm:fcfs,vllm:priority"
 VALIDATE_OUT_DIR = Path("results/validate")
@@ -62,20 +61,27 @@ def add_parser(commands: Any) -> None:
         help="the twin runs every trial with this many draws of the engine's noise and "
         "reports their mean and range (1: the trials' seeds alone)",
     )
+    parser.add_argument(
+        "--live-curves",
+        type=Path,
+        help="finish a run stopped before its twin: the live curves it kept (its "
+        "live-curves.jsonl); no server starts, the twin runs their trials from --steps (the "
+        "live run's profile) and the report compares them, policies as kept",
+    )
+    parser.add_argument(
+        "--capacity",
+        type=float,
+        help="with --live-curves kept before December 2026 (no venue line): the live "
+        "capacity, req/s, as the run printed it (with --slo-scale)",
+    )
     parser.add_argument("--out-dir", type=Path, default=VALIDATE_OUT_DIR)
     parser.set_defaults(handler=run)
-
-
-def _keep(path: Path, curve: PolicyCurve) -> None:
-    """Append a policy's live curve to `path` as soon as it is measured (a JSON line)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as stream:
-        stream.write(json.dumps(dataclasses.asdict(curve)) + "\n")
 
 
 def run(args: argparse.Namespace) -> int:
     """Validate; print the tables, write validation.json and validation.png."""
     from slidingserve.engines.vllm.runtime import is_cpu_build
+    from slidingserve.live.kept_curves import keep_curve, keep_venue
     from slidingserve.live.validation import ValidationSettings, validate
     from slidingserve.live.validation_report import plot, report, summary
     from slidingserve.predictor.steps import load_engine_steps
@@ -93,15 +99,19 @@ def run(args: argparse.Namespace) -> int:
     )
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     steps = load_engine_steps(args.steps) if args.steps is not None else None
-    kept = args.out_dir / "live-curves.jsonl"
-    kept.unlink(missing_ok=True)
-    result = validate(
-        settings,
-        policies,
-        steps,
-        args.steps or args.out_dir / "steps.json",
-        measured=functools.partial(_keep, kept),
-    )
+    if args.live_curves is not None:
+        result, kept = _finish(args, settings, steps), args.live_curves
+    else:
+        kept = args.out_dir / "live-curves.jsonl"
+        kept.unlink(missing_ok=True)
+        result = validate(
+            settings,
+            policies,
+            steps,
+            args.steps or args.out_dir / "steps.json",
+            measured=functools.partial(keep_curve, kept),
+            opened=functools.partial(keep_venue, kept),
+        )
     print()
     print(report(result))
     payload = {**result.to_dict(), "summary": summary(result)}
@@ -109,3 +119,17 @@ def run(args: argparse.Namespace) -> int:
     picture = plot(result, args.out_dir / "validation.png")
     print(f"\nwrote {args.out_dir / 'validation.json'} and {picture} ({kept}: the live curves)")
     return 0
+
+
+def _finish(
+    args: argparse.Namespace, settings: ValidationSettings, steps: EngineSteps | None
+) -> Validation:
+    """The validation of the live curves an earlier run kept (`--live-curves`)."""
+    from slidingserve.live.kept_curves import read_live_venue
+    from slidingserve.live.validation import finish_validation
+
+    if steps is None:
+        raise ValueError("--live-curves needs --steps: the profile of the live run")
+    live = read_live_venue(args.live_curves, settings.loads, args.capacity, args.slo_scale)
+    print(f"the live curves of {', '.join(live.curves)} from {args.live_curves}")
+    return finish_validation(settings, list(live.curves), steps, args.steps, live)

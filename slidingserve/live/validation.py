@@ -377,6 +377,7 @@ def run_venue(
     clock: Callable[[], float] = time.monotonic,
     measured: Callable[[PolicyCurve], None] = lambda _: None,
     closing: bool = False,
+    opened: Callable[[float, float, list[float]], None] = lambda *_: None,
 ) -> VenueResult:
     """Every policy's curve in one venue.
 
@@ -386,7 +387,8 @@ def run_venue(
     without, each policy's server runs its curve alone, in turn. `grid` (req/s) defaults to
     the loads × this venue's capacity, checked against the budget; the simulated twin gets
     the live grid and scale. `lines`: also run every policy on the dense rates of the plot.
-    `measured` gets each policy's curve as it is done. `closing`: once every server has
+    `opened` gets the venue's capacity, SLO scale and grid as soon as they are known, and
+    `measured` each policy's curve as it is done. `closing`: once every server has
     stopped, start the reference server again and measure the capacity once more, so that
     the result says how far the engine's speed moved while the trials ran (a shared
     machine's does; the twin's profile is of one moment).
@@ -398,6 +400,7 @@ def run_venue(
     with contextlib.ExitStack() as servers:
         servers.enter_context(trials.serving(REFERENCE_POLICY))
         venue = _open(trials, settings, order, say, grid, scale, clock, closing)
+        opened(venue.capacity, venue.scale, venue.rates)
         if settings.interleave:
             for policy in order[1:] if order[0] == REFERENCE_POLICY else order:
                 venue.start(policy, servers)
@@ -526,10 +529,12 @@ def validate(
     say: Callable[[str], None] = print,
     live_trials: Callable[[LiveSettings], Trials] = LiveTrials,
     measured: Callable[[PolicyCurve], None] = lambda _: None,
+    opened: Callable[[float, float, list[float]], None] = lambda *_: None,
 ) -> Validation:
     """Profile the engine unless `steps` are given (written to `steps_file`), run every
-    policy live (each curve to `measured` as it is done, so an interrupted run keeps
-    them), then the simulated twin of the same trials from the profile."""
+    policy live (the venue's capacity, SLO scale and grid to `opened` once measured, each
+    curve to `measured` as it is done, so an interrupted run keeps them), then the
+    simulated twin of the same trials from the profile (`finish_validation`)."""
     from slidingserve.live.server_timing import time_server
     from slidingserve.live.simulated import SimulatedTrials, simulated_policy
 
@@ -550,8 +555,33 @@ def validate(
         check_budget(settings, len(ordered_policies(policies)), predicted, "predicted")
     except ValueError as error:
         raise ValueError(f"{error} (the profile is kept: --steps {steps_path})") from None
-    live = run_venue(engine, settings, policies, say, measured=measured, closing=True)
-    twin = SimulatedTrials(steps, dataclasses.replace(live_settings, slo_scale=live.slo_scale))
+    live = run_venue(
+        engine, settings, policies, say, measured=measured, closing=True, opened=opened
+    )
+    return finish_validation(settings, policies, steps, steps_path, live, say, start)
+
+
+def finish_validation(
+    settings: ValidationSettings,
+    policies: Sequence[str],
+    steps: EngineSteps,
+    steps_file: Path,
+    live: VenueResult,
+    say: Callable[[str], None] = print,
+    start: float | None = None,
+) -> Validation:
+    """The validation of the live venue `live`: the simulated twin of its trials, run from
+    the profile `steps` on its grid and SLO scale, with `settings.noise_draws` draws.
+    `validate` ends with it; `kept_curves.read_live_venue` gives it the live venue of a run
+    stopped before its twin. `start` (`time.monotonic`): when the validation began (now
+    if None)."""
+    from slidingserve.live.simulated import SimulatedTrials
+
+    start = time.monotonic() if start is None else start
+    missing = [policy for policy in policies if policy not in live.curves]
+    if missing:
+        raise ValueError(f"no live curve of {', '.join(missing)}")
+    twin = SimulatedTrials(steps, dataclasses.replace(settings.live, slo_scale=live.slo_scale))
     say("the simulated twin: the same trials on the profiled engine")
     simulated = run_venue(
         twin, settings, policies, say, grid=live.rates, scale=live.slo_scale, lines=True
@@ -564,6 +594,6 @@ def validate(
         draws.append(result.curves)
     simulated = dataclasses.replace(simulated, draws=tuple(draws))
     return Validation(
-        settings, ordered_policies(policies), live, simulated, steps.engine, str(steps_path),
+        settings, ordered_policies(policies), live, simulated, steps.engine, str(steps_file),
         time.monotonic() - start,
     )  # fmt: skip

@@ -1,0 +1,148 @@
+"""A validation's kept live curves: written as the live venue runs, read back to finish a
+run stopped before its twin, with the figures the whole run gives."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from pathlib import Path
+
+import pytest
+from factories import linear_engine_steps
+
+from slidingserve.cli import main
+from slidingserve.live.compare import LiveSettings, LiveTrials
+from slidingserve.live.kept_curves import keep_curve, keep_venue, read_live_venue
+from slidingserve.live.simulated import SimulatedTrials
+from slidingserve.live.validation import (
+    Validation,
+    ValidationSettings,
+    finish_validation,
+    validate,
+)
+from slidingserve.live.validation_figures import PolicyCurve, Trial
+from slidingserve.live.validation_report import latency_table
+from slidingserve.predictor.steps import save_engine_steps
+
+LOADS = (0.6, 0.9, 1.2)
+
+
+def whole_run(tmp_path: Path, kept: Path) -> tuple[ValidationSettings, Validation]:
+    """A validation with the simulated engine standing in for the live one, keeping its
+    live curves in `kept` as `slidingserve validate` does."""
+    steps = linear_engine_steps(count=200, noise=0.3)
+    save_engine_steps(tmp_path / "steps.json", steps)
+    live = LiveSettings("unused", "mixed-v1", requests=60, repeats=2, out_dir=tmp_path)
+    settings = ValidationSettings(live, LOADS, curve_points=3, budget_s=1e6, noise_draws=2)
+    result = validate(
+        settings, ["sarathi-edf", "vllm:fcfs"], steps, tmp_path / "steps.json", lambda _: None,
+        functools.partial(SimulatedTrials, steps), functools.partial(keep_curve, kept),
+        functools.partial(keep_venue, kept),
+    )  # fmt: skip
+    return settings, result
+
+
+def test_a_run_finished_from_its_kept_curves_has_the_whole_run_s_figures(
+    tmp_path: Path,
+) -> None:
+    kept = tmp_path / "live-curves.jsonl"
+    settings, whole = whole_run(tmp_path, kept)
+    assert json.loads(kept.read_text().splitlines()[0])["venue"]["grid"] == list(whole.live.rates)
+    live = read_live_venue(kept, settings.loads)
+    assert live == dataclasses.replace(whole.live, venue=LiveTrials.venue, closing_capacity=None)
+    steps = linear_engine_steps(count=200, noise=0.3)
+    finished = finish_validation(
+        settings, list(live.curves), steps, tmp_path / "steps.json", live, lambda _: None
+    )
+    assert finished.policies == whole.policies
+    assert finished.simulated == whole.simulated  # every draw and the plot's lines
+    assert latency_table(finished) == latency_table(whole)
+
+
+def test_curves_kept_without_a_venue_line_take_the_capacity_as_printed(tmp_path: Path) -> None:
+    kept = tmp_path / "live-curves.jsonl"
+    settings, whole = whole_run(tmp_path, kept)
+    old = tmp_path / "old.jsonl"
+    old.write_text("\n".join(kept.read_text().splitlines()[1:]) + "\n")
+    printed = round(whole.live.capacity, 2)
+    live = read_live_venue(old, settings.loads, printed, whole.live.slo_scale)
+    assert live.capacity == pytest.approx(whole.live.capacity, rel=1e-12)
+    assert live.rates == pytest.approx(whole.live.rates, rel=1e-12)
+    ran = {trial.rate for curve in whole.live.curves.values() for trial in curve.trials}
+    assert ran & set(whole.live.rates) <= set(live.rates)  # a rate run: the trials' own
+    assert live.curves == whole.live.curves and live.slo_scale == whole.live.slo_scale
+    with pytest.raises(ValueError, match=r"no venue line .* \(--capacity, --slo-scale\)"):
+        read_live_venue(old, settings.loads)
+    with pytest.raises(ValueError, match=r"no trial ran near 1\.2 × the capacity"):
+        read_live_venue(old, settings.loads, 2 * printed, whole.live.slo_scale)
+
+
+TRIAL = dataclasses.asdict(Trial(1.0, 0, 10, 0, 0, 0.1, 0.2, 0.01))
+VENUE = {"venue": {"capacity": 2.0, "slo_scale": 1.0, "grid": [1.0]}}
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (["{not json"], r"line 1: not JSON"),
+        (["[1, 2]"], r"line 1: not a JSON object"),
+        ([json.dumps(VENUE), json.dumps({"policy": "x"})], r"line 2: .*missing field 'trials'"),
+        ([json.dumps({"policy": "x", "trials": [{**TRIAL, "rate": -1}]})], r"line 1: .*-1"),
+        ([json.dumps({"policy": "", "trials": [TRIAL]})], r"line 1: .*not a name"),
+        ([json.dumps({"venue": {"capacity": 2.0, "grid": [1.0]}})], r"line 1: not a venue"),
+        ([json.dumps({"venue": {**VENUE["venue"], "grid": []}})], r"line 1: .*grid is empty"),
+        ([json.dumps(VENUE)], r"no live curve in it"),
+        ([], r"no live curve in it"),
+    ],
+)
+def test_a_malformed_file_is_refused_naming_its_line(
+    tmp_path: Path, lines: list[str], message: str
+) -> None:
+    path = tmp_path / "live-curves.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=message):
+        read_live_venue(path, LOADS)
+
+
+def test_a_missing_file_is_refused_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"cannot read the live curves .*nowhere\.jsonl"):
+        read_live_venue(tmp_path / "nowhere.jsonl", LOADS)
+
+
+def test_a_policy_kept_twice_counts_with_its_latest_curve(tmp_path: Path) -> None:
+    path = tmp_path / "live-curves.jsonl"
+    keep_venue(path, 2.0, 1.0, [1.0])
+    first, latest = Trial(**TRIAL), Trial(**{**TRIAL, "violating": 3})
+    keep_curve(path, PolicyCurve("x", (first,)))
+    keep_curve(path, PolicyCurve("x", (latest,)))
+    assert read_live_venue(path, LOADS).curves == {"x": PolicyCurve("x", (latest,))}
+
+
+def test_the_twin_needs_a_live_curve_of_every_policy(tmp_path: Path) -> None:
+    path = tmp_path / "live-curves.jsonl"
+    keep_venue(path, 2.0, 1.0, [1.0])
+    keep_curve(path, PolicyCurve("vllm:fcfs", (Trial(**TRIAL),)))
+    live = read_live_venue(path, LOADS)
+    settings = ValidationSettings(LiveSettings("unused", "mixed-v1", requests=10))
+    with pytest.raises(ValueError, match="no live curve of sarathi-edf"):
+        finish_validation(settings, ["sarathi-edf"], linear_engine_steps(), path, live)
+
+
+def test_the_command_finishes_a_run_from_its_kept_curves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kept = tmp_path / "live-curves.jsonl"
+    whole_run(tmp_path, kept)
+    argv = ["validate", "--model", "unused", "--requests", "60", "--seeds", "2", "--loads"]
+    argv += [*map(str, LOADS), "--noise-draws", "2", "--live-curves", str(kept)]
+    out = tmp_path / "finished"
+    assert main([*argv, "--out-dir", str(out), "--steps", str(tmp_path / "steps.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "the live curves of vllm:fcfs, sarathi-edf from" in printed
+    assert "rank live" in printed and "TTFT p50 live" in printed
+    saved = json.loads((out / "validation.json").read_text())
+    assert set(saved["summary"]["policies"]) == {"vllm:fcfs", "sarathi-edf"}
+    assert kept.is_file()  # the kept curves are read, never removed
+    assert main([*argv, "--out-dir", str(out)]) == 2
+    assert "--live-curves needs --steps" in capsys.readouterr().err
