@@ -28,8 +28,11 @@ docs/results.md §1.1, 2.31 req/s, so every policy is at or past its goodput);
     python benchmarks/sim_speed.py --workload sharegpt --requests 600 --at-goodput --policy ...
 
 runs each policy at its own ShareGPT goodput on the A100 with Llama-3-8B, strict SLOs, as
-docs/results.md §1.1 measured it (`GOODPUT_SHAREGPT`), and a policy without a figure
-there at `--rate`; the rate column marks a goodput with "g". `--at-goodput` needs
+docs/results.md §1.1 measured it (`GOODPUT_SHAREGPT`; SCORPIO's and `vllm-priority`'s by
+the same protocol: `slidingserve goodput --seeds 5 --requests 1000 --workloads sharegpt
+--curve-points 0 --policies sarathi-edf,scorpio,vllm-priority`, which gives Sarathi-EDF's
+2.03 again), and a policy without a figure at `--rate`; the rate column marks a goodput
+with "g". `--at-goodput` needs
 `--workload sharegpt` and `--model llama-3-8b`, where those goodputs were measured.
 """
 
@@ -65,8 +68,11 @@ GOODPUT_SHAREGPT: dict[str, float] = {
     "qoserve": 2.08,
     "slidingserve-paper": 1.91,
     "slidingserve": 2.31,
+    "scorpio": 1.16,
+    "vllm-priority": 1.39,
 }
-"""Goodput, req/s, on ShareGPT, A100 + Llama-3-8B TP1, strict SLOs (docs/results.md §1.1)."""
+"""Goodput, req/s, on ShareGPT, A100 + Llama-3-8B TP1, strict SLOs (docs/results.md §1.1;
+SCORPIO and `vllm-priority` measured 2026-12-06 as the module docstring says)."""
 
 
 class Speed(NamedTuple):

@@ -1,0 +1,44 @@
+"""`benchmarks/latency_check.py` end to end on the tiny model: profiled, two policies served
+side by side at one rate, their twin, the table and the JSON."""
+
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", minversion="0.32")
+
+SCRIPT = Path(__file__).parents[3] / "benchmarks" / "latency_check.py"
+
+
+def test_live_and_simulated_latencies_side_by_side(
+    tiny_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = [str(SCRIPT), "--model", str(tiny_model), "--policies", "sarathi-edf,vllm:fcfs"]
+    argv += ["--requests", "8", "--seeds", "2", "--noise-draws", "2", "--slo-scale", "2"]
+    monkeypatch.setattr("sys.argv", [*argv, "--load", "0.5", "--out-dir", str(tmp_path)])
+    runpy.run_path(str(SCRIPT), run_name="__main__")
+    printed = capsys.readouterr().out
+    assert "TTFT p50 live / sim" in printed
+    rows = [line.split() for line in printed.splitlines()]
+    assert {row[0] for row in rows if row and row[0] in ("sarathi-edf", "vllm:fcfs")} == {
+        "sarathi-edf",
+        "vllm:fcfs",
+    }
+    saved = json.loads((tmp_path / "latency-check.json").read_text())
+    assert saved["slo_scale"] == 2 and saved["rate"] > 0
+    assert (tmp_path / "steps.json").is_file()  # profiled first
+    live, simulated = saved["live"], saved["simulated"]
+    assert sorted((r["policy"], r["seed"]) for r in live) == [
+        ("sarathi-edf", 0), ("sarathi-edf", 1), ("vllm:fcfs", 0), ("vllm:fcfs", 1)
+    ]  # fmt: skip
+    assert len(simulated) == 2 * len(live)  # two noise draws of each trial
+    for row in live + simulated:
+        assert 0 < row["ttft_p50"] <= row["ttft_p99"] and row["tpot_p50"] > 0
+        assert 0 <= row["violating"] <= 1
