@@ -81,7 +81,7 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Validate; print the tables, write validation.json and validation.png."""
     from slidingserve.engines.vllm.runtime import is_cpu_build
-    from slidingserve.live.kept_curves import keep_curve, keep_venue
+    from slidingserve.live.kept_curves import keep_closing_capacity, keep_curve, keep_venue
     from slidingserve.live.validation import ValidationSettings, validate
     from slidingserve.live.validation_report import plot, report, summary
     from slidingserve.predictor.steps import load_engine_steps
@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
             args.steps or args.out_dir / "steps.json",
             measured=functools.partial(keep_curve, kept),
             opened=functools.partial(keep_venue, kept),
+            closed=functools.partial(keep_closing_capacity, kept),
         )
     print()
     print(report(result))

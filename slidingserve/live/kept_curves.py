@@ -2,10 +2,11 @@
 
 `validate` appends to its `live-curves.jsonl`, as the live venue opens, one line with the
 venue's capacity, SLO scale and grid (`keep_venue`), then each policy's live curve as soon
-as it is measured (`keep_curve`). A run stopped before its twin (its budget overrun, the
-machine needed back) so loses no live trial: `read_live_venue` makes the live venue from the
-file, and `validation.finish_validation` runs the twin of it and the report
-(`slidingserve validate --live-curves FILE`).
+as it is measured (`keep_curve`), and last the capacity measured again after the trials
+(`keep_closing_capacity`), which tells the engine's drift. A run stopped before its twin
+(its budget overrun, the machine needed back) so loses no live trial: `read_live_venue`
+makes the live venue from the file, and `validation.finish_validation` runs the twin of it
+and the report (`slidingserve validate --live-curves FILE`).
 
 Files kept before the venue line existed (December 2026) hold the curves alone: their
 capacity and SLO scale are given as the run printed them; the grid is read off the
@@ -26,6 +27,7 @@ from slidingserve.live.compare import LiveTrials
 from slidingserve.live.validation_figures import PolicyCurve, Trial, VenueResult
 
 VENUE_KEY = "venue"  # the key of the venue's line
+CLOSING_KEY = "closing_capacity"  # the key of the closing capacity's line
 GRID_TOLERANCE = 0.01  # relative: a trial's rate this near a load × the capacity is the grid's
 
 
@@ -38,6 +40,11 @@ def keep_venue(path: Path, capacity: float, slo_scale: float, grid: Sequence[flo
 def keep_curve(path: Path, curve: PolicyCurve) -> None:
     """Append a policy's live curve to `path` (a JSON line), as soon as it is measured."""
     _append(path, dataclasses.asdict(curve))
+
+
+def keep_closing_capacity(path: Path, capacity: float) -> None:
+    """Append the capacity measured after the live trials (req/s) to `path`."""
+    _append(path, {CLOSING_KEY: capacity})
 
 
 def _append(path: Path, line: dict[str, Any]) -> None:
@@ -57,11 +64,14 @@ def read_live_venue(
     of the capacity) then find the grid among the trials' rates. ValueError naming the
     file, and the line, if it is malformed or holds no curve."""
     venue: dict[str, Any] | None = None
+    closing: float | None = None
     curves: dict[str, PolicyCurve] = {}
     for number, line in enumerate(_lines(path), start=1):
         where = f"{path}, line {number}"
         if VENUE_KEY in line:
             venue = _venue(line[VENUE_KEY], where)
+        elif CLOSING_KEY in line:
+            closing = _closing(line[CLOSING_KEY], where)
         else:
             curve = _curve(line, where)
             curves[curve.policy] = curve  # a policy kept twice: its latest curve
@@ -70,7 +80,10 @@ def read_live_venue(
     if venue is None:
         venue = _venue_given(path, curves, loads, capacity, slo_scale)
     grid = tuple(sorted(venue["grid"]))
-    return VenueResult(LiveTrials.venue, venue["capacity"], venue["slo_scale"], grid, curves)
+    return VenueResult(
+        LiveTrials.venue, venue["capacity"], venue["slo_scale"], grid, curves,
+        closing_capacity=closing,
+    )  # fmt: skip
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -101,6 +114,13 @@ def _venue(data: Any, where: str) -> dict[str, Any]:
     if not grid:
         raise ValueError(f"{where}: the venue's grid is empty")
     return {"capacity": capacity, "slo_scale": scale, "grid": grid}
+
+
+def _closing(data: Any, where: str) -> float:
+    try:
+        return _positive(data)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{where}: not a closing capacity: {error}") from None
 
 
 def _curve(data: dict[str, Any], where: str) -> PolicyCurve:

@@ -530,11 +530,13 @@ def validate(
     live_trials: Callable[[LiveSettings], Trials] = LiveTrials,
     measured: Callable[[PolicyCurve], None] = lambda _: None,
     opened: Callable[[float, float, list[float]], None] = lambda *_: None,
+    closed: Callable[[float], None] = lambda _: None,
 ) -> Validation:
     """Profile the engine unless `steps` are given (written to `steps_file`), run every
     policy live (the venue's capacity, SLO scale and grid to `opened` once measured, each
-    curve to `measured` as it is done, so an interrupted run keeps them), then the
-    simulated twin of the same trials from the profile (`finish_validation`)."""
+    curve to `measured` as it is done, the closing capacity to `closed`, so an
+    interrupted run keeps them), then the simulated twin of the same trials from the
+    profile (`finish_validation`)."""
     from slidingserve.live.server_timing import time_server
     from slidingserve.live.simulated import SimulatedTrials, simulated_policy
 
@@ -558,6 +560,8 @@ def validate(
     live = run_venue(
         engine, settings, policies, say, measured=measured, closing=True, opened=opened
     )
+    if live.closing_capacity is not None:
+        closed(live.closing_capacity)
     return finish_validation(settings, policies, steps, steps_path, live, say, start)
 
 

@@ -13,7 +13,12 @@ from factories import linear_engine_steps
 
 from slidingserve.cli import main
 from slidingserve.live.compare import LiveSettings, LiveTrials
-from slidingserve.live.kept_curves import keep_curve, keep_venue, read_live_venue
+from slidingserve.live.kept_curves import (
+    keep_closing_capacity,
+    keep_curve,
+    keep_venue,
+    read_live_venue,
+)
 from slidingserve.live.simulated import SimulatedTrials
 from slidingserve.live.validation import (
     Validation,
@@ -38,7 +43,7 @@ def whole_run(tmp_path: Path, kept: Path) -> tuple[ValidationSettings, Validatio
     result = validate(
         settings, ["sarathi-edf", "vllm:fcfs"], steps, tmp_path / "steps.json", lambda _: None,
         functools.partial(SimulatedTrials, steps), functools.partial(keep_curve, kept),
-        functools.partial(keep_venue, kept),
+        functools.partial(keep_venue, kept), functools.partial(keep_closing_capacity, kept),
     )  # fmt: skip
     return settings, result
 
@@ -50,7 +55,8 @@ def test_a_run_finished_from_its_kept_curves_has_the_whole_run_s_figures(
     settings, whole = whole_run(tmp_path, kept)
     assert json.loads(kept.read_text().splitlines()[0])["venue"]["grid"] == list(whole.live.rates)
     live = read_live_venue(kept, settings.loads)
-    assert live == dataclasses.replace(whole.live, venue=LiveTrials.venue, closing_capacity=None)
+    assert whole.live.closing_capacity is not None  # kept last: the drift is told again
+    assert live == dataclasses.replace(whole.live, venue=LiveTrials.venue)
     steps = linear_engine_steps(count=200, noise=0.3)
     finished = finish_validation(
         settings, list(live.curves), steps, tmp_path / "steps.json", live, lambda _: None
@@ -64,7 +70,7 @@ def test_curves_kept_without_a_venue_line_take_the_capacity_as_printed(tmp_path:
     kept = tmp_path / "live-curves.jsonl"
     settings, whole = whole_run(tmp_path, kept)
     old = tmp_path / "old.jsonl"
-    old.write_text("\n".join(kept.read_text().splitlines()[1:]) + "\n")
+    old.write_text("\n".join(kept.read_text().splitlines()[1:-1]) + "\n")  # curves alone
     printed = round(whole.live.capacity, 2)
     live = read_live_venue(old, settings.loads, printed, whole.live.slo_scale)
     assert live.capacity == pytest.approx(whole.live.capacity, rel=1e-12)
@@ -92,6 +98,7 @@ VENUE = {"venue": {"capacity": 2.0, "slo_scale": 1.0, "grid": [1.0]}}
         ([json.dumps({"policy": "", "trials": [TRIAL]})], r"line 1: .*not a name"),
         ([json.dumps({"venue": {"capacity": 2.0, "grid": [1.0]}})], r"line 1: not a venue"),
         ([json.dumps({"venue": {**VENUE["venue"], "grid": []}})], r"line 1: .*grid is empty"),
+        ([json.dumps({"closing_capacity": "fast"})], r"line 1: not a closing capacity"),
         ([json.dumps(VENUE)], r"no live curve in it"),
         ([], r"no live curve in it"),
     ],
@@ -141,6 +148,7 @@ def test_the_command_finishes_a_run_from_its_kept_curves(
     printed = capsys.readouterr().out
     assert "the live curves of vllm:fcfs, sarathi-edf from" in printed
     assert "rank live" in printed and "TTFT p50 live" in printed
+    assert "live capacity after the trials" in printed  # the drift, from the kept line
     saved = json.loads((out / "validation.json").read_text())
     assert set(saved["summary"]["policies"]) == {"vllm:fcfs", "sarathi-edf"}
     assert kept.is_file()  # the kept curves are read, never removed

@@ -41,4 +41,5 @@ def test_validate_connects_profile_live_trials_and_their_twin(
     assert kept[0]["venue"] == {
         "capacity": live["capacity"], "slo_scale": 2, "grid": live["rates"]
     }  # fmt: skip
-    assert [curve["policy"] for curve in kept[1:]] == ["vllm:fcfs", "sarathi-edf"]
+    assert [curve["policy"] for curve in kept[1:-1]] == ["vllm:fcfs", "sarathi-edf"]
+    assert kept[-1] == {"closing_capacity": live["closing_capacity"]}
