@@ -71,7 +71,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--capacity",
         type=float,
-        help="with --live-curves kept before December 2026 (no venue line): the live "
+        help="with --live-curves kept by an earlier release (no venue line): the live "
         "capacity, req/s, as the run printed it (with --slo-scale)",
     )
     parser.add_argument("--out-dir", type=Path, default=VALIDATE_OUT_DIR)
@@ -99,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
     )
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     steps = load_engine_steps(args.steps) if args.steps is not None else None
+    if args.capacity is not None and args.live_curves is None:
+        raise ValueError("--capacity goes with --live-curves (a live run measures its own)")
     if args.live_curves is not None:
         result, kept = _finish(args, settings, steps), args.live_curves
     else:

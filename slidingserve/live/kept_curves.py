@@ -8,10 +8,10 @@ as it is measured (`keep_curve`), and last the capacity measured again after the
 makes the live venue from the file, and `validation.finish_validation` runs the twin of it
 and the report (`slidingserve validate --live-curves FILE`).
 
-Files kept before the venue line existed (December 2026) hold the curves alone: their
-capacity and SLO scale are given as the run printed them; the grid is read off the
-trials (`_venue_given`), since the printed capacity is rounded and the trials keep the
-grid's exact rates.
+Files kept by an earlier release (before 6 December 2026) hold the curves alone: their
+capacity and SLO scale are given as the run printed them; the grid is read off the trials
+(`_venue_given`), since the printed capacity is rounded and the trials keep the grid's
+exact rates.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def _venue_given(
     ran is its load × the exact capacity."""
     if capacity is None or slo_scale is None:
         raise ValueError(
-            f"{path} has no venue line (kept before December 2026): give the live run's "
+            f"{path} has no venue line (kept by an earlier release): give the live run's "
             "capacity and SLO scale as it printed them (--capacity, --slo-scale)"
         )
     rates = {trial.rate for curve in curves.values() for trial in curve.trials}

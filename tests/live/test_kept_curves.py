@@ -154,3 +154,6 @@ def test_the_command_finishes_a_run_from_its_kept_curves(
     assert kept.is_file()  # the kept curves are read, never removed
     assert main([*argv, "--out-dir", str(out)]) == 2
     assert "--live-curves needs --steps" in capsys.readouterr().err
+    live_run = ["validate", "--model", "unused", "--capacity", "5", "--out-dir", str(out)]
+    assert main(live_run) == 2
+    assert "--capacity goes with --live-curves" in capsys.readouterr().err
