@@ -22,7 +22,7 @@ def run_script(
 def rows(lines: list[str]) -> dict[str, list[str]]:
     """The table's rows by policy: rate, iterations, fast-forwarded, simulated s, wall s,
     req/wall-s, ratio to Vidur."""
-    names = ("sarathi", "qoserve", "slidingserve", "vllm", "scorpio")
+    names = ("sarathi", "qoserve", "slidingserve", "vllm", "scorpio", "random-chunk")
     cells = [line.split() for line in lines]
     return {row[0]: row[1:] for row in cells if row and row[0] in names}
 
@@ -57,10 +57,11 @@ def test_at_goodput_runs_each_policy_at_its_own_goodput(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ("--workload", "sharegpt", "--requests", "10", "--repeats", "1", "--at-goodput")
-    lines = run_script(monkeypatch, capsys, *argv, "--policy", "sarathi", "scorpio")
-    table = rows(lines)
+    policies = ("--policy", "sarathi", "scorpio", "random-chunk")
+    table = rows(run_script(monkeypatch, capsys, *argv, *policies, "--rate", "0.5"))
     assert table["sarathi"][0] == "2.03g"  # docs/results.md §1.1
-    assert table["scorpio"][0] == "1.00"  # no goodput known: --rate
+    assert table["scorpio"][0] == "1.16g"  # measured by the same protocol
+    assert table["random-chunk"][0] == "0.50"  # no goodput known: --rate
 
 
 def test_at_goodput_refuses_a_workload_without_known_goodputs(
