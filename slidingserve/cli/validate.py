@@ -65,8 +65,9 @@ def add_parser(commands: Any) -> None:
         "--live-curves",
         type=Path,
         help="finish a run stopped before its twin: the live curves it kept (its "
-        "live-curves.jsonl); no server starts, the twin runs their trials from --steps (the "
-        "live run's profile) and the report compares them, policies as kept",
+        "live-curves.jsonl), with the live run's flags; no server starts, the twin runs "
+        "their trials from --steps (the live run's profile) and the report compares them, "
+        "policies as kept",
     )
     parser.add_argument(
         "--capacity",
@@ -81,7 +82,12 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Validate; print the tables, write validation.json and validation.png."""
     from slidingserve.engines.vllm.runtime import is_cpu_build
-    from slidingserve.live.kept_curves import keep_closing_capacity, keep_curve, keep_venue
+    from slidingserve.live.kept_curves import (
+        keep_closing_capacity,
+        keep_curve,
+        keep_venue,
+        trial_facts,
+    )
     from slidingserve.live.validation import ValidationSettings, validate
     from slidingserve.live.validation_report import plot, report, summary
     from slidingserve.predictor.steps import load_engine_steps
@@ -104,15 +110,14 @@ def run(args: argparse.Namespace) -> int:
     if args.live_curves is not None:
         result, kept = _finish(args, settings, steps), args.live_curves
     else:
-        kept = args.out_dir / "live-curves.jsonl"
-        kept.unlink(missing_ok=True)
+        kept = args.out_dir / "live-curves.jsonl"  # replaced once the live venue opens
         result = validate(
             settings,
             policies,
             steps,
             args.steps or args.out_dir / "steps.json",
             measured=functools.partial(keep_curve, kept),
-            opened=functools.partial(keep_venue, kept),
+            opened=functools.partial(keep_venue, kept, trials=trial_facts(settings)),
             closed=functools.partial(keep_closing_capacity, kept),
         )
     print()
@@ -133,6 +138,6 @@ def _finish(
 
     if steps is None:
         raise ValueError("--live-curves needs --steps: the profile of the live run")
-    live = read_live_venue(args.live_curves, settings.loads, args.capacity, args.slo_scale)
+    live = read_live_venue(args.live_curves, settings, args.capacity, args.slo_scale)
     print(f"the live curves of {', '.join(live.curves)} from {args.live_curves}")
     return finish_validation(settings, list(live.curves), steps, args.steps, live)

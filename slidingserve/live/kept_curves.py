@@ -1,17 +1,20 @@
 """The live curves a validation keeps as it goes, read back to finish a stopped run.
 
-`validate` appends to its `live-curves.jsonl`, as the live venue opens, one line with the
-venue's capacity, SLO scale and grid (`keep_venue`), then each policy's live curve as soon
-as it is measured (`keep_curve`), and last the capacity measured again after the trials
-(`keep_closing_capacity`), which tells the engine's drift. A run stopped before its twin
-(its budget overrun, the machine needed back) so loses no live trial: `read_live_venue`
-makes the live venue from the file, and `validation.finish_validation` runs the twin of it
-and the report (`slidingserve validate --live-curves FILE`).
+`validate` starts its `live-curves.jsonl`, as the live venue opens, with one line holding
+the venue's capacity, SLO scale and grid and what its trials were (`trial_facts`:
+workload, arrivals, requests, seeds, loads, engine limits; `keep_venue`), then appends each
+policy's live curve as soon as it is measured (`keep_curve`), and last the capacity
+measured again after the trials (`keep_closing_capacity`), which tells the engine's drift.
+A run stopped before its twin (its budget overrun, the machine needed back) so loses no
+live trial: `read_live_venue` makes the live venue from the file, checking that the
+settings given are those its trials ran with (the twin runs the same requests only then),
+and `validation.finish_validation` runs the twin of it and the report (`slidingserve
+validate --live-curves FILE`). A last line cut short by a kill is left out.
 
 Files kept by an earlier release (before 6 December 2026) hold the curves alone: their
 capacity and SLO scale are given as the run printed them; the grid is read off the trials
 (`_venue_given`), since the printed capacity is rounded and the trials keep the grid's
-exact rates.
+exact rates, and only the trials' seeds can be checked.
 """
 
 from __future__ import annotations
@@ -21,52 +24,80 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slidingserve.live.compare import LiveTrials
 from slidingserve.live.validation_figures import PolicyCurve, Trial, VenueResult
 
+if TYPE_CHECKING:
+    from slidingserve.live.validation import ValidationSettings
+
 VENUE_KEY = "venue"  # the key of the venue's line
 CLOSING_KEY = "closing_capacity"  # the key of the closing capacity's line
 GRID_TOLERANCE = 0.01  # relative: a trial's rate this near a load × the capacity is the grid's
+COUNTS = ("seed", "requests", "violating", "cancelled")  # a Trial's whole-number fields
 
 
-def keep_venue(path: Path, capacity: float, slo_scale: float, grid: Sequence[float]) -> None:
-    """Append the live venue's capacity (req/s), SLO scale and grid (req/s) to `path`."""
-    venue = {"capacity": capacity, "slo_scale": slo_scale, "grid": list(grid)}
-    _append(path, {VENUE_KEY: venue})
+def trial_facts(settings: ValidationSettings) -> dict[str, Any]:
+    """What a validation's trials are, beside their SLO scale: the twin of kept curves runs
+    the same requests only with the same facts."""
+    live = settings.live
+    return {
+        "workload": live.workload,
+        "arrival": [live.arrival.process, live.arrival.burstiness],
+        "requests": live.requests,
+        "seeds": settings.seeds,
+        "loads": list(settings.loads),
+        "max_num_batched_tokens": live.max_num_batched_tokens,
+        "max_num_seqs": live.max_num_seqs,
+    }
+
+
+def keep_venue(
+    path: Path,
+    capacity: float,
+    slo_scale: float,
+    grid: Sequence[float],
+    *,
+    trials: dict[str, Any],
+) -> None:
+    """Start `path` with the live venue's capacity (req/s), SLO scale, grid (req/s) and
+    `trials` (`trial_facts`): a file an earlier run kept is replaced only now."""
+    venue = {"capacity": capacity, "slo_scale": slo_scale, "grid": list(grid), "trials": trials}
+    _write(path, {VENUE_KEY: venue}, "w")
 
 
 def keep_curve(path: Path, curve: PolicyCurve) -> None:
     """Append a policy's live curve to `path` (a JSON line), as soon as it is measured."""
-    _append(path, dataclasses.asdict(curve))
+    _write(path, dataclasses.asdict(curve), "a")
 
 
 def keep_closing_capacity(path: Path, capacity: float) -> None:
     """Append the capacity measured after the live trials (req/s) to `path`."""
-    _append(path, {CLOSING_KEY: capacity})
+    _write(path, {CLOSING_KEY: capacity}, "a")
 
 
-def _append(path: Path, line: dict[str, Any]) -> None:
+def _write(path: Path, line: dict[str, Any], mode: str) -> None:
+    """A JSON line (a latency with no sample is NaN, as JSON's readers take it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as stream:
-        stream.write(json.dumps(line, allow_nan=False) + "\n")
+    with path.open(mode, encoding="utf-8") as stream:
+        stream.write(json.dumps(line) + "\n")
 
 
 def read_live_venue(
     path: Path,
-    loads: Sequence[float],
+    settings: ValidationSettings,
     capacity: float | None = None,
     slo_scale: float | None = None,
 ) -> VenueResult:
-    """The live venue kept in `path`. `capacity` and `slo_scale` stand in for a missing
-    venue line (a file kept before it existed) and must then be given; `loads` (fractions
-    of the capacity) then find the grid among the trials' rates. ValueError naming the
-    file, and the line, if it is malformed or holds no curve."""
+    """The live venue kept in `path`, whose trials must be those `settings` describe.
+    `capacity` and `slo_scale` (a file kept by an earlier release has no venue line) must
+    then be given, and only then. ValueError naming the file, and the line, if it is
+    malformed, holds no curve, or its trials differ from `settings`'."""
     venue: dict[str, Any] | None = None
     closing: float | None = None
     curves: dict[str, PolicyCurve] = {}
-    for number, line in enumerate(_lines(path), start=1):
+    for number, line in _lines(path):
         where = f"{path}, line {number}"
         if VENUE_KEY in line:
             venue = _venue(line[VENUE_KEY], where)
@@ -78,7 +109,10 @@ def read_live_venue(
     if not curves:
         raise ValueError(f"{path}: no live curve in it")
     if venue is None:
-        venue = _venue_given(path, curves, loads, capacity, slo_scale)
+        venue = _venue_given(path, curves, settings.loads, capacity, slo_scale)
+    else:
+        _check_venue(path, venue, settings, capacity, slo_scale)
+    _check_seeds(path, curves, settings.seeds)
     grid = tuple(sorted(venue["grid"]))
     return VenueResult(
         LiveTrials.venue, venue["capacity"], venue["slo_scale"], grid, curves,
@@ -86,22 +120,26 @@ def read_live_venue(
     )  # fmt: skip
 
 
-def _lines(path: Path) -> list[dict[str, Any]]:
+def _lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """The JSON objects of `path` with their line numbers."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise ValueError(f"cannot read the live curves {path}: {error.strerror}") from None
+    raws = text.splitlines()
     lines = []
-    for number, raw in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(raws, start=1):
         if not raw.strip():
             continue
         try:
             line = json.loads(raw)
         except json.JSONDecodeError as error:
+            if number == len(raws) and not text.endswith("\n"):
+                break  # the line being written when the run was killed
             raise ValueError(f"{path}, line {number}: not JSON ({error.msg})") from None
         if not isinstance(line, dict):
             raise ValueError(f"{path}, line {number}: not a JSON object")
-        lines.append(line)
+        lines.append((number, line))
     return lines
 
 
@@ -109,11 +147,46 @@ def _venue(data: Any, where: str) -> dict[str, Any]:
     try:
         capacity, scale = _positive(data["capacity"]), _positive(data["slo_scale"])
         grid = [_positive(rate) for rate in data["grid"]]
+        trials = data["trials"]
+        if not isinstance(trials, dict):
+            raise TypeError(f"trials {trials!r} is not an object")
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{where}: not a venue line: {_detail(error)}") from None
     if not grid:
         raise ValueError(f"{where}: the venue's grid is empty")
-    return {"capacity": capacity, "slo_scale": scale, "grid": grid}
+    return {"capacity": capacity, "slo_scale": scale, "grid": grid, "trials": trials}
+
+
+def _check_venue(
+    path: Path,
+    venue: dict[str, Any],
+    settings: ValidationSettings,
+    capacity: float | None,
+    slo_scale: float | None,
+) -> None:
+    """Refuse settings that differ from the kept ones, and flags the venue line makes moot."""
+    if capacity is not None:
+        raise ValueError(f"{path} keeps its capacity: leave --capacity out")
+    if slo_scale is not None and slo_scale != venue["slo_scale"]:
+        raise ValueError(
+            f"{path} ran at SLO scale {venue['slo_scale']:g}, not {slo_scale:g}: leave "
+            "--slo-scale out or give the live run's"
+        )
+    expected = json.loads(json.dumps(trial_facts(settings)))  # as the file holds them
+    kept = venue["trials"]
+    differ = [name for name in expected if kept.get(name) != expected[name]]
+    if differ:
+        said = ", ".join(f"{name} {kept.get(name)!r} (given {expected[name]!r})" for name in differ)
+        raise ValueError(f"{path}: the live trials ran with {said}: give the flags of the live run")
+
+
+def _check_seeds(path: Path, curves: dict[str, PolicyCurve], seeds: Sequence[int]) -> None:
+    kept = sorted({trial.seed for curve in curves.values() for trial in curve.trials})
+    if kept != sorted(seeds):
+        raise ValueError(
+            f"{path}: the live trials ran seeds {kept}, not {list(seeds)}: give the live "
+            "run's --seed and --seeds"
+        )
 
 
 def _closing(data: Any, where: str) -> float:
@@ -128,12 +201,26 @@ def _curve(data: dict[str, Any], where: str) -> PolicyCurve:
         policy = data["policy"]
         if not isinstance(policy, str) or not policy:
             raise ValueError(f"policy {policy!r} is not a name")
-        trials = tuple(Trial(**trial) for trial in data["trials"])
-        for trial in trials:
-            _positive(trial.rate)
+        trials = tuple(_trial(trial) for trial in data["trials"])
+        if not trials:
+            raise ValueError("it has no trial")
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{where}: not a policy's curve: {_detail(error)}") from None
     return PolicyCurve(policy, trials)
+
+
+def _trial(data: Any) -> Trial:
+    trial = Trial(**data)
+    _positive(trial.rate)
+    for name in COUNTS:
+        value = getattr(trial, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"a trial's {name} {value!r} is not a count")
+    for name in ("ttft_p50", "ttft_p99", "tpot_p50"):
+        value = getattr(trial, name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"a trial's {name} {value!r} is not a number")
+    return trial
 
 
 def _venue_given(
@@ -152,6 +239,9 @@ def _venue_given(
             f"{path} has no venue line (kept by an earlier release): give the live run's "
             "capacity and SLO scale as it printed them (--capacity, --slo-scale)"
         )
+    for flag, value in (("--capacity", capacity), ("--slo-scale", slo_scale)):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{flag} must be a positive number, got {value:g}")
     rates = {trial.rate for curve in curves.values() for trial in curve.trials}
     top_load = max(loads)
     top = _nearest(rates, top_load * capacity)

@@ -504,7 +504,8 @@ class Validation:
     simulated: VenueResult
     engine: str  # the profiled engine, as its steps file names it
     steps_file: str  # the profile the simulated engine was built from
-    wall_s: float  # the whole validation, profiling included
+    # the whole validation, profiling included (finished from kept curves: the twin alone)
+    wall_s: float
 
     def to_dict(self) -> dict[str, object]:
         """Everything, JSON-ready, with the procedure's constants (the report adds the

@@ -38,8 +38,10 @@ def test_validate_connects_profile_live_trials_and_their_twin(
     assert set(saved["summary"]["policies"]) == {"sarathi-edf", "vllm:fcfs"}
     assert (out / "steps.json").is_file() and (out / "validation.png").stat().st_size > 10_000
     kept = [json.loads(line) for line in (out / "live-curves.jsonl").read_text().splitlines()]
-    assert kept[0]["venue"] == {
-        "capacity": live["capacity"], "slo_scale": 2, "grid": live["rates"]
-    }  # fmt: skip
+    venue = kept[0]["venue"]
+    assert (venue["capacity"], venue["slo_scale"], venue["grid"]) == (
+        live["capacity"], 2, live["rates"]
+    )  # fmt: skip
+    assert (venue["trials"]["requests"], venue["trials"]["seeds"]) == (12, [0])
     assert [curve["policy"] for curve in kept[1:-1]] == ["vllm:fcfs", "sarathi-edf"]
     assert kept[-1] == {"closing_capacity": live["closing_capacity"]}
