@@ -16,13 +16,16 @@ within an hour (docs/results.md §9). In order:
    once) and, without `--slo-scale`, calibrates the SLO scale, as `validate` does; the rate
    is `--rate`, else `--load` × that capacity;
 3. every policy's server starts beside it, each warmed by a discarded burst, and the
-   trials run interleaved: at each seed every policy in turn, the order rotated by seed;
+   trials run interleaved: at each seed every policy in turn, the order rotated by seed
+   (all servers up at once, as `validate` runs them on a CPU build; a GPU server takes
+   most of its GPU's memory, so there this check needs servers that fit side by side);
 4. the simulated twin runs the same requests at the same rate from the profile, with
    `--noise-draws` draws of the engine's noise (`live.simulated.SimulatedTrials`).
 
 It prints, per policy, the median over seeds (and draws) of TTFT p50, TTFT p99 and TPOT
 p50, live and simulated, with the twin's error, and the mean violating share of each,
-and writes every trial's figures to `--out-dir`/latency-check.json.
+and writes every trial's figures to `--out-dir`/latency-check.json (the live ones as soon
+as they are measured).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import dataclasses
 import json
 import statistics
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from slidingserve.cli.compare import add_live_workload_flags, live_settings
 from slidingserve.live.compare import (
@@ -43,7 +46,7 @@ from slidingserve.live.compare import (
     calibrate,
 )
 from slidingserve.live.server_timing import time_server
-from slidingserve.live.simulated import SimulatedTrials
+from slidingserve.live.simulated import SimulatedTrials, simulated_policy
 from slidingserve.live.validation import (
     PROFILE_RATES,
     REFERENCE_POLICY,
@@ -170,22 +173,29 @@ def _mean(rows: list[Row], policy: str, field: str) -> float:
 def main() -> None:
     args = parse_args()
     settings = live_settings(args)
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    policies = list(dict.fromkeys(p.strip() for p in args.policies.split(",") if p.strip()))
+    for policy in policies:  # a bad name fails before any server starts
+        simulated_policy(policy)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     if args.steps is not None:
         steps = load_engine_steps(args.steps)
     else:
         steps = time_server(settings, args.out_dir / "steps.json", PROFILE_RATES, print)
     live, rate, scale = live_rows(settings, policies, args.rate, args.load)
+    saved: dict[str, Any] = {"rate": rate, "slo_scale": scale, "engine": steps.engine}
+    saved |= {"workload": settings.workload, "requests": settings.requests}
+    saved |= {"seeds": list(range(settings.seed, settings.seed + settings.repeats))}
+    saved["live"] = [row._asdict() for row in live]
+    out = args.out_dir / "latency-check.json"
+    out.write_text(json.dumps(saved, indent=1) + "\n")  # the live rows, before the twin
     settings = dataclasses.replace(settings, slo_scale=scale)
     simulated = twin_rows(steps, settings, policies, rate, args.noise_draws)
     print(f"\nat {rate:.2f} req/s, SLO scale {scale:.3f}, medians over seeds (and the twin's")
     print(f"{args.noise_draws} noise draws), ms; {steps.engine}\n")
     print(table(live, simulated, policies))
-    saved = {"rate": rate, "slo_scale": scale, "engine": steps.engine}
-    saved |= {"live": [r._asdict() for r in live], "simulated": [r._asdict() for r in simulated]}
-    (args.out_dir / "latency-check.json").write_text(json.dumps(saved, indent=1) + "\n")
-    print(f"\nwrote {args.out_dir / 'latency-check.json'}")
+    saved["simulated"] = [row._asdict() for row in simulated]
+    out.write_text(json.dumps(saved, indent=1) + "\n")
+    print(f"\nwrote {out}")
 
 
 if __name__ == "__main__":
