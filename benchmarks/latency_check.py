@@ -39,12 +39,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from slidingserve.cli.compare import add_live_workload_flags, live_settings
-from slidingserve.live.compare import (
-    UNMISSABLE_SLO_SCALE,
-    LiveSettings,
-    LiveTrials,
-    calibrate,
-)
+from slidingserve.live.compare import LiveSettings, LiveTrials, calibrate
 from slidingserve.live.server_timing import time_server
 from slidingserve.live.simulated import SimulatedTrials, simulated_policy
 from slidingserve.live.validation import (
@@ -52,13 +47,12 @@ from slidingserve.live.validation import (
     REFERENCE_POLICY,
     ValidationSettings,
     measure_capacity,
+    warm_up,
 )
-from slidingserve.live.validation_plan import BURST_RATE
 from slidingserve.metrics import RunMetrics
 from slidingserve.predictor.steps import EngineSteps, load_engine_steps
 
 POLICIES = "slidingserve,qoserve,vllm:fcfs,vllm:priority"
-WARMUP_REQUESTS = 16  # each server's discarded first burst, as `validate`'s
 FIGURES = (("TTFT p50", "ttft", "p50"), ("TTFT p99", "ttft", "p99"), ("TPOT p50", "tpot", "p50"))
 
 
@@ -106,13 +100,12 @@ def live_rows(
     trials = LiveTrials(settings)
     for policy in {REFERENCE_POLICY, *policies}:
         trials.check(policy)
-    validation = ValidationSettings(settings, warmup_requests=WARMUP_REQUESTS)
+    validation = ValidationSettings(settings)  # its warm-up, capacity and probe seeds
     probes = dataclasses.replace(settings, seed=validation.probe_seed)
-    warmup = settings.workload_config(UNMISSABLE_SLO_SCALE, WARMUP_REQUESTS)
     rows: list[Row] = []
     with contextlib.ExitStack() as servers:
         servers.enter_context(trials.serving(REFERENCE_POLICY))
-        trials.probe(warmup, BURST_RATE, validation.probe_seed + 1)
+        warm_up(trials, validation)
         capacity = measure_capacity(trials, validation)
         scale = settings.slo_scale or calibrate(trials, probes)
         rate = load * capacity if rate is None else rate
@@ -120,7 +113,7 @@ def live_rows(
         for policy in policies:
             if policy != REFERENCE_POLICY:
                 servers.enter_context(trials.serving(policy))
-                trials.probe(warmup, BURST_RATE, validation.probe_seed + 1)
+                warm_up(trials, validation)
         for turn in range(settings.repeats):
             seed = settings.seed + turn
             for policy in policies[turn % len(policies) :] + policies[: turn % len(policies)]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import runpy
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -287,3 +289,16 @@ def make_slidingserve(**options: Any) -> SlidingServePolicy:
     policy = make_policy("slidingserve", context, options)
     assert isinstance(policy, SlidingServePolicy)
     return policy
+
+
+BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
+
+
+def run_benchmark(
+    name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str
+) -> list[str]:
+    """The output lines of `benchmarks/name` run as a script with the arguments `argv`."""
+    script = BENCHMARKS / name
+    monkeypatch.setattr("sys.argv", [str(script), *argv])
+    runpy.run_path(str(script), run_name="__main__")
+    return capsys.readouterr().out.splitlines()

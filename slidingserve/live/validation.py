@@ -360,7 +360,7 @@ class _Venue:
     def start(self, policy: str, servers: contextlib.ExitStack) -> None:
         """`policy`'s server started (until `servers` closes) and warmed up."""
         servers.enter_context(self.trials.serving(policy))
-        _warm_up(self.trials, self.settings)
+        warm_up(self.trials, self.settings)
         if self.progress is not None:
             started = startup_seconds(self.settings, self.capacity)
             self.progress.advance(started, f"{policy}: server started and warmed up")
@@ -434,7 +434,7 @@ def _open(
 ) -> _Venue:
     """On the reference server, just started: its warm-up, the capacity, the SLO scale
     (unless given), the rates and the progress of the planned trials (`run_venue`)."""
-    _warm_up(trials, settings)
+    warm_up(trials, settings)
     capacity = measure_capacity(trials, settings)
     say(f"{trials.venue}: capacity {capacity:.2f} req/s (every request at once)")
     if scale is None:
@@ -473,7 +473,7 @@ def _closing_capacity(venue: _Venue, say: Callable[[str], None]) -> float | None
     trials, settings = venue.trials, venue.settings
     try:
         with trials.serving(REFERENCE_POLICY):
-            _warm_up(trials, settings)
+            warm_up(trials, settings)
             closing = measure_capacity(trials, settings)
     except (OSError, RuntimeError, ValueError) as error:
         say(f"{trials.venue}: the capacity could not be measured again at the end: {error}")
@@ -487,7 +487,7 @@ def _closing_capacity(venue: _Venue, say: Callable[[str], None]) -> float | None
     return closing
 
 
-def _warm_up(trials: Trials, settings: ValidationSettings) -> None:
+def warm_up(trials: Trials, settings: ValidationSettings) -> None:
     """A small burst on the running server whose figures are thrown away."""
     if settings.warmup_requests:
         workload = settings.live.workload_config(UNMISSABLE_SLO_SCALE, settings.warmup_requests)

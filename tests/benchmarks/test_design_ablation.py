@@ -4,14 +4,14 @@ design, and the script prints one row per policy."""
 from __future__ import annotations
 
 import runpy
-from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import BENCHMARKS, run_benchmark
 
 from slidingserve.policies.slidingserve import DESIGN, compose
 
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "design_ablation.py"
+SCRIPT = BENCHMARKS / "design_ablation.py"
 
 
 def script() -> dict[str, Any]:
@@ -29,9 +29,8 @@ def test_the_table_has_a_row_per_policy(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["--workloads", "sharegpt", "--slo-scales", "2", "--seeds", "2", "--requests", "40"]
-    monkeypatch.setattr("sys.argv", [str(SCRIPT), *argv, "--precision", "0.2", "--jobs", "1"])
-    runpy.run_path(str(SCRIPT), run_name="__main__")
-    lines = capsys.readouterr().out.splitlines()
+    argv += ["--precision", "0.2", "--jobs", "1"]
+    lines = run_benchmark(SCRIPT.name, monkeypatch, capsys, *argv)
     names = [
         line.split()[0] for line in lines if line.startswith(("slidingserve", "sarathi", "qo"))
     ]

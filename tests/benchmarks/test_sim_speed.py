@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-import runpy
-from pathlib import Path
-
 import pytest
+from factories import run_benchmark
 
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "sim_speed.py"
-
-
-def run_script(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str
-) -> list[str]:
-    """The script's output lines when run with `argv`."""
-    monkeypatch.setattr("sys.argv", [str(SCRIPT), *argv])
-    runpy.run_path(str(SCRIPT), run_name="__main__")
-    return capsys.readouterr().out.splitlines()
+SCRIPT = "sim_speed.py"
 
 
 def rows(lines: list[str]) -> dict[str, list[str]]:
@@ -30,7 +19,7 @@ def rows(lines: list[str]) -> dict[str, list[str]]:
 def test_the_default_policies_are_all_timed_after_one_calibration(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    lines = run_script(monkeypatch, capsys, "--requests", "20", "--repeats", "1")
+    lines = run_benchmark(SCRIPT, monkeypatch, capsys, "--requests", "20", "--repeats", "1")
     assert lines[0].startswith("20 arxiv requests at 1.0 req/s")
     assert len([line for line in lines if line.startswith("calibration (4000 timed")]) == 1
     table = rows(lines)
@@ -46,9 +35,8 @@ def test_the_default_policies_are_all_timed_after_one_calibration(
 def test_baselines_alone_need_no_calibration(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    lines = run_script(
-        monkeypatch, capsys, "--requests", "10", "--repeats", "1", "--policy", "vllm", "sarathi"
-    )
+    argv = ("--requests", "10", "--repeats", "1", "--policy", "vllm", "sarathi")
+    lines = run_benchmark(SCRIPT, monkeypatch, capsys, *argv)
     assert not any(line.startswith("calibration") for line in lines)
     assert list(rows(lines)) == ["vllm", "sarathi"]
 
@@ -58,7 +46,7 @@ def test_at_goodput_runs_each_policy_at_its_own_goodput(
 ) -> None:
     argv = ("--workload", "sharegpt", "--requests", "10", "--repeats", "1", "--at-goodput")
     policies = ("--policy", "sarathi", "scorpio", "random-chunk")
-    table = rows(run_script(monkeypatch, capsys, *argv, *policies, "--rate", "0.5"))
+    table = rows(run_benchmark(SCRIPT, monkeypatch, capsys, *argv, *policies, "--rate", "0.5"))
     assert table["sarathi"][0] == "2.03g"  # docs/results.md §1.1
     assert table["scorpio"][0] == "1.16g"  # measured by the same protocol
     assert table["random-chunk"][0] == "0.50"  # no goodput known: --rate
@@ -68,5 +56,5 @@ def test_at_goodput_refuses_a_workload_without_known_goodputs(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit):
-        run_script(monkeypatch, capsys, "--at-goodput", "--policy", "sarathi")
+        run_benchmark(SCRIPT, monkeypatch, capsys, "--at-goodput", "--policy", "sarathi")
     assert "--at-goodput" in capsys.readouterr().err

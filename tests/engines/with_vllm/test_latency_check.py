@@ -4,14 +4,12 @@ side by side at one rate, their twin, the table and the JSON."""
 from __future__ import annotations
 
 import json
-import runpy
 from pathlib import Path
 
 import pytest
+from factories import run_benchmark
 
 pytest.importorskip("vllm", minversion="0.32")
-
-SCRIPT = Path(__file__).parents[3] / "benchmarks" / "latency_check.py"
 
 
 def test_live_and_simulated_latencies_side_by_side(
@@ -20,11 +18,10 @@ def test_live_and_simulated_latencies_side_by_side(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    argv = [str(SCRIPT), "--model", str(tiny_model), "--policies", "sarathi-edf,vllm:fcfs"]
+    argv = ["--model", str(tiny_model), "--policies", "sarathi-edf,vllm:fcfs"]
     argv += ["--requests", "8", "--seeds", "2", "--noise-draws", "2", "--slo-scale", "2"]
-    monkeypatch.setattr("sys.argv", [*argv, "--load", "0.5", "--out-dir", str(tmp_path)])
-    runpy.run_path(str(SCRIPT), run_name="__main__")
-    printed = capsys.readouterr().out
+    argv += ["--load", "0.5", "--out-dir", str(tmp_path)]
+    printed = "\n".join(run_benchmark("latency_check.py", monkeypatch, capsys, *argv))
     assert "TTFT p50 live / sim" in printed
     rows = [line.split() for line in printed.splitlines()]
     assert {row[0] for row in rows if row and row[0] in ("sarathi-edf", "vllm:fcfs")} == {

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import runpy
 from pathlib import Path
 
 import pytest
+from factories import run_benchmark
 
 pytest.importorskip("vllm", minversion="0.32")
-
-SCRIPT = Path(__file__).parents[3] / "benchmarks" / "vllm_overhead.py"
 
 
 def test_each_policy_gets_a_row_of_timings(
@@ -18,11 +16,10 @@ def test_each_policy_gets_a_row_of_timings(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    argv = [str(SCRIPT), "--model", str(tiny_model), "--requests", "6"]
+    argv = ["--model", str(tiny_model), "--requests", "6", "--max-num-seqs", "4"]
     policies = ["vllm", "sarathi-edf"]
-    monkeypatch.setattr("sys.argv", [*argv, "--max-num-seqs", "4", "--policies", *policies])
-    runpy.run_path(str(SCRIPT), run_name="__main__")
-    cells = [line.split() for line in capsys.readouterr().out.splitlines()]
+    lines = run_benchmark("vllm_overhead.py", monkeypatch, capsys, *argv, "--policies", *policies)
+    cells = [line.split() for line in lines]
     assert ["policy", "adapter", "med/p99", "ms"] in [row[:4] for row in cells]
     rows = {row[0]: row[1:] for row in cells if row and row[0] in policies}  # vLLM logs too
     assert list(rows) == policies
