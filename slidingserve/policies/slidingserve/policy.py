@@ -253,18 +253,14 @@ class SlidingServePolicy(Policy):
         """Admission control: waiting requests that have emitted nothing and would miss their
         first-token deadline even if their whole prompt ran next, alone, in full batches
         (the predictor's best prefill rate, decodes ignored: an optimistic test, so a
-        request is refused only when nothing could save it). Protected ones are kept. With
-        `admission_test=queue` only the requests arrived since the last step are tested:
-        a request admitted is never refused later."""
+        request is refused only when nothing could save it). Protected ones are kept. Under
+        `admission_test=queue` this catches the requests admitted that the engine turned
+        out too slow for: refused once nothing could save them, not served late."""
         rate = self._initial_throughput()
-        first_sight = self.config.admission_test == "queue"
         return [
             r
             for r in view.waiting
-            if not r.protected
-            and not r.num_generated
-            and (r.arrival > self._last_step or not first_sight)
-            and cannot_finish_prefill(r, view.now, rate)
+            if not r.protected and not r.num_generated and cannot_finish_prefill(r, view.now, rate)
         ]
 
     def admission_queue(self) -> AdmissionQueue | None:
