@@ -24,6 +24,13 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--port", type=int, default=cfg.SERVE_PORT)
     add_defaulted(parser, "--ttft-ms", cfg.SLO.ttft_ms, "TTFT SLO of requests without one, ms")
     add_defaulted(parser, "--tbt-ms", cfg.SLO.tbt_ms, "TBT SLO of requests without one, ms")
+    add_defaulted(
+        parser,
+        "--slo-margin-ms",
+        cfg.SLO.margin_ms,
+        "plan every request's deadlines this much earlier, ms: the time from the engine to "
+        "its clients (streaming, network), which the engine does not see",
+    )
     parser.add_argument("--predictor", help="predictor JSON from `slidingserve profile`")
     parser.add_argument("--no-online-learning", action="store_true")
     parser.add_argument("--set", action="append", metavar="POLICY.OPTION=VALUE")
@@ -58,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         ttft_ms=args.ttft_ms,
         tbt_ms=args.tbt_ms,
+        slo_margin_ms=args.slo_margin_ms,
         predictor=args.predictor,
         policy_options=settings["policies"].get(args.policy, {}),
         online_learning=not args.no_online_learning,

@@ -7,8 +7,10 @@ a present key holding anything else (null for a time, a boolean for a time, an o
 array, a number out of range, however large) raises `SLOArgumentError`, whose message is one
 line that starts with the key's name and shows at most `MAX_SHOWN` characters of the value.
 `parse_slo_args` reads them (the vLLM front-end validator, its HTTP middleware and the
-adapter all read requests through it); `to_slo_args` writes them (the load generator).
-No vLLM import, so the load generator uses it without the `vllm` extra.
+adapter all read requests through it) into the SLO the engine plans to: the request's own,
+its deadlines brought forward by the server's margin (`SLODefaults.margin_ms`, `serve
+--slo-margin-ms`); `to_slo_args` writes them (the load generator). No vLLM import, so the
+load generator uses it without the `vllm` extra.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from slidingserve.core.request import MAX_SLO_SECONDS, SLO
 MAX_TIER_NAME = 64  # characters
 MAX_SHOWN = 40  # characters of a bad value quoted in an error message
 MAX_SHOWN_INT_BITS = 64  # a larger int is described by its size, never written out
+DUE_AT_ONCE = 1e-6  # seconds: the TTFT planned for a request whose TTFT the margin takes whole
 
 REFUSED_REASON = "slo-refused"
 """Why a server with admission control refused a request, as its client reads it: the stop
@@ -35,19 +38,34 @@ class SLOArgumentError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class SLODefaults:
-    """What a request without SLO arguments gets: the served engine's default SLO."""
+    """What a request without SLO arguments gets: the served engine's default SLO; and the
+    margin every request's deadlines are planned with."""
 
     ttft_ms: float = 2000.0  # time to first token, milliseconds
     tbt_ms: float = 50.0  # time between tokens, milliseconds
     protected: bool = False
     tier: str | None = None
+    # Milliseconds by which the engine plans every deadline ahead of the SLO's: the time a
+    # token takes from the engine to its client (the API server's streaming, the network)
+    # and a request from its client to the engine, which the engine's clock does not see
+    margin_ms: float = 0.0
 
     def __post_init__(self) -> None:
+        margin = self.margin_ms
+        if not is_number(margin) or not math.isfinite(margin) or margin < 0:
+            raise SLOArgumentError(
+                f"the SLO margin must be a finite number of milliseconds >= 0, got {margin!r}"
+            )
+        if margin > MAX_SLO_SECONDS * 1000:
+            raise SLOArgumentError(f"an SLO margin of {margin} ms is over an hour")
         parse_slo_args({}, self)  # the defaults themselves must be valid
 
 
 def parse_slo_args(extra_args: Mapping[str, object] | None, defaults: SLODefaults) -> SLO:
-    """The SLO of a request from its extra arguments; SLOArgumentError if invalid.
+    """The SLO the engine plans a request to, from its extra arguments: its TTFT less
+    `defaults.margin_ms`, so that every deadline comes that much earlier under cumulative
+    deadlines (a TTFT no longer than the margin is planned as due at once,
+    `DUE_AT_ONCE`); SLOArgumentError if the arguments are invalid.
 
     Unrelated keys are left alone (other plug-ins may use extra_args too).
     """
@@ -56,7 +74,13 @@ def parse_slo_args(extra_args: Mapping[str, object] | None, defaults: SLODefault
     tbt = _seconds(args, "tbt_ms", defaults.tbt_ms)
     protected = _flag(args.get("protected", defaults.protected))
     tier = _tier(args.get("tier", defaults.tier))
-    return SLO(ttft, tbt, protected, tier)
+    return SLO(planned_ttft(ttft, defaults.margin_ms / 1000.0), tbt, protected, tier)
+
+
+def planned_ttft(ttft: float, margin: float) -> float:
+    """`ttft` less `margin` (both seconds), or `DUE_AT_ONCE` if that leaves nothing."""
+    planned = ttft - margin
+    return planned if planned > DUE_AT_ONCE else DUE_AT_ONCE
 
 
 def to_slo_args(slo: SLO) -> dict[str, str | int | float]:

@@ -7,6 +7,7 @@ import pytest
 from slidingserve.core import SLO
 from slidingserve.core.slo_args import (
     DEFAULT_SLO,
+    DUE_AT_ONCE,
     SLOArgumentError,
     SLODefaults,
     parse_slo_args,
@@ -51,6 +52,29 @@ def test_invalid_values_are_rejected_with_a_clear_message(
 def test_invalid_defaults_are_rejected() -> None:
     with pytest.raises(SLOArgumentError):
         SLODefaults(ttft_ms=-1)
+
+
+def test_a_margin_brings_every_deadline_forward_by_itself() -> None:
+    margined = SLODefaults(ttft_ms=2000, tbt_ms=50, margin_ms=40)
+    slo = parse_slo_args({"ttft_ms": 500, "tbt_ms": 25, "protected": 1}, margined)
+    assert slo == SLO(0.46, 0.025, protected=True)
+    own = parse_slo_args({"ttft_ms": 500, "tbt_ms": 25}, DEFAULTS)
+    assert [slo.deadline(10.0, k) for k in (0, 7)] == pytest.approx(
+        [own.deadline(10.0, k) - 0.04 for k in (0, 7)]
+    )
+    assert parse_slo_args(None, margined) == SLO(1.96, 0.05)
+
+
+def test_a_ttft_the_margin_takes_whole_is_due_at_once() -> None:
+    margined = SLODefaults(margin_ms=40)
+    assert parse_slo_args({"ttft_ms": 40}, margined).ttft == DUE_AT_ONCE
+    assert parse_slo_args({"ttft_ms": 10}, margined).ttft == DUE_AT_ONCE
+
+
+@pytest.mark.parametrize("margin", [-1.0, float("nan"), float("inf"), True, "5", 4e6])
+def test_a_bad_margin_is_refused(margin: object) -> None:
+    with pytest.raises(SLOArgumentError, match="SLO margin"):
+        SLODefaults(margin_ms=margin)  # type: ignore[arg-type]
 
 
 def test_the_default_slo_is_two_seconds_to_the_first_token_and_50_ms_a_token() -> None:

@@ -13,6 +13,7 @@ from slidingserve.engines.vllm.overload import (
     CHAT_PATH,
     COMPLETIONS_PATH,
     TEXT_SLACK,
+    LetThrough,
     Overload,
     Prompt,
     best_record,
@@ -49,10 +50,13 @@ def check(
     records: list[LoadRecord] | None = None,
     tokenizer: WordTokenizer | None = None,
     now: float = 0.0,
+    let_through: LetThrough | None = None,
 ) -> Overload | None:
     records = [make_record()] if records is None else records
     return asyncio.run(
-        check_overload(path, payload, records, DEFAULTS, tokenizer, clock=lambda: now)
+        check_overload(
+            path, payload, records, DEFAULTS, tokenizer, clock=lambda: now, let_through=let_through
+        )
     )
 
 
@@ -205,6 +209,41 @@ class TestQueueDecision:
         assert "one more would make every decode late" in overload.message()
         room = LoadRecord(0.0, RATE, 0.0, QueueView(0.0, RATE, (), decode_seats=1))
         assert check({"prompt": [1] * 10}, records=[room]) is None
+
+    def test_requests_let_through_since_the_queue_was_seen_are_counted_in_it(self) -> None:
+        # Each 400-token request alone fits the empty queue (0.4 s of its 1 s); two fit
+        # together (0.8 s), a third would finish at 1.2 s: late.
+        let_through = LetThrough()
+        record = queued(seen=0.0)
+        answers = [
+            check({"prompt": [1] * 400}, records=[record], now=0.01, let_through=let_through)
+            for _ in range(3)
+        ]
+        assert answers[:2] == [None, None]
+        assert answers[2] is not None and answers[2].queued_tokens == 800
+        assert len(let_through) == 2  # the refused one is not counted
+        # Without the bookkeeping each is tested against the same empty queue.
+        assert check({"prompt": [1] * 400}, records=[record], now=0.01) is None
+
+    def test_a_queue_seen_after_them_holds_them_already(self) -> None:
+        let_through = LetThrough()
+        for _ in range(2):
+            check({"prompt": [1] * 400}, records=[queued()], now=0.01, let_through=let_through)
+        later = queued((0.41, 400), (0.81, 400), seen=0.02)  # the engine saw both
+        # 800 + 150 tokens by 1.01 s: fits; counted twice (1,750 tokens) it would not.
+        fits = check({"prompt": [1] * 150}, records=[later], now=0.03, let_through=let_through)
+        assert fits is None
+        assert len(let_through) == 1  # the two are forgotten, the new one is kept
+
+    def test_each_request_let_through_takes_a_decode_seat(self) -> None:
+        let_through = LetThrough()
+        record = LoadRecord(0.0, RATE, 0.0, QueueView(0.0, RATE, (), decode_seats=2))
+        answers = [
+            check({"prompt": [1] * 10}, records=[record], now=0.01, let_through=let_through)
+            for _ in range(3)
+        ]
+        assert answers[:2] == [None, None]
+        assert answers[2] is not None and answers[2].decodes_full
 
     def test_text_is_always_counted_then(self) -> None:
         tokenizer = WordTokenizer()

@@ -98,6 +98,8 @@ class TestRefusedBeforeLaunch:
             (["--set", "window=3"], "--set expects POLICY.OPTION=VALUE"),
             (["--ttft-ms", "-5"], "default SLO ttft_ms=-5.0"),
             (["--tbt-ms", "0"], "tbt must be positive"),
+            (["--slo-margin-ms", "-1"], "the SLO margin must be a finite number"),
+            (["--slo-margin-ms", "nan"], "the SLO margin must be a finite number"),
             (["--predictor", "/nonexistent/predictor.json"], "does not exist"),
         ],
     )
@@ -175,6 +177,17 @@ class TestLaunched:
         (launch,) = launches
         assert launch.command[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
         assert json.loads(launch.env["SLIDINGSERVE_SLO_DEFAULTS"])["ttft_ms"] == 900.0
+
+    def test_the_slo_margin_reaches_the_engine_and_the_api_server(
+        self, launches: list[Launch]
+    ) -> None:
+        with pytest.raises(LaunchedError):
+            serve("--slo-margin-ms", "40")
+        (launch,) = launches
+        index = launch.command.index("--additional-config")
+        config = json.loads(launch.command[index + 1])["slidingserve"]
+        assert config["slo_margin_ms"] == 40.0
+        assert json.loads(launch.env["SLIDINGSERVE_SLO_DEFAULTS"])["margin_ms"] == 40.0
 
     def test_the_server_starts_with_the_options(self, launches: list[Launch]) -> None:
         with pytest.raises(LaunchedError):

@@ -39,7 +39,7 @@ LOAD_DIR_ENV = "SLIDINGSERVE_LOAD_DIR"
 """Environment variable naming the folder of the engine cores' load records, for the API
 server (the engine cores get it in the adapter's settings, `AdapterSettings.load_dir`)."""
 
-PUBLISH_INTERVAL = 0.25  # seconds between two writes of a record
+PUBLISH_INTERVAL = 0.05  # seconds between two writes of a record
 MAX_QUEUE_ENTRIES = 512  # requests of the queue published, the earliest deadlines
 MAX_AGE = 2.0  # seconds after its writing that a record is still believed
 RECORD_GLOB = "engine-*.json"

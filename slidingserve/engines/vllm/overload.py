@@ -19,6 +19,11 @@ the prompt's length is a low estimate:
   when the shortest is;
 - anything else (embeddings, images, a body that is not understood): let through.
 
+With the queue-aware test (`admission_test=queue`) the engine also publishes its queue,
+and a request fits when it fits that queue (`core/queue_fit.py`) behind the requests this
+API server let through since the queue was seen (`LetThrough`), with a decode seat left
+for it.
+
 Protected requests are never refused (the engine keeps them too). With no fresh record
 (admission control off, the engine core not started, stopped or hung) nothing is refused:
 fail open. Between data-parallel engines the check believes the fastest one.
@@ -35,8 +40,10 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from slidingserve.core.queue_fit import QueuedPrefill, fits_queue
@@ -193,6 +200,35 @@ def retry_after(record: LoadRecord) -> int:
     return max(1, math.ceil(record.queued_prefill_s))
 
 
+class LetThrough:
+    """The requests this API server let through to a queue-aware engine, kept until every
+    engine has published a queue seen after them: a queue published before a request
+    reached the engine does not hold it, so each test counts those let through since
+    (their deadlines and prompt tokens in the queue, one decode seat each). Without it,
+    requests that arrive between two records are each tested against the same queue, and
+    the engine refuses at its next step what the queue could not take together: a
+    refusal a step late."""
+
+    def __init__(self) -> None:
+        self._entries: deque[tuple[float, QueuedPrefill]] = deque()  # (let through at, entry)
+
+    def add(self, now: float, ttft: float, tokens: int) -> None:
+        """A request of `tokens` prompt tokens and a TTFT of `ttft` s let through at `now`."""
+        self._entries.append((now, QueuedPrefill(now + ttft, tokens)))
+
+    def since(self, seen: float) -> list[QueuedPrefill]:
+        """The requests let through after `seen` (wall clock), deadlines on that clock."""
+        return [entry for at, entry in self._entries if at > seen]
+
+    def forget_before(self, seen: float) -> None:
+        """Forget the requests let through by `seen`: every queue now published holds them."""
+        while self._entries and self._entries[0][0] <= seen:
+            self._entries.popleft()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 async def check_overload(
     path: str,
     payload: Mapping[str, Any],
@@ -200,11 +236,13 @@ async def check_overload(
     defaults: SLODefaults,
     tokenizer: Tokenizer | None,
     clock: Callable[[], float] = time.time,
+    let_through: LetThrough | None = None,
 ) -> Overload | None:
     """Why the request (`path`, parsed JSON `payload` whose SLO is valid) must be refused
     given the engines' fresh `records`, or None to let it through (see the module
     docstring). Text is tokenized in a worker thread, off the event loop. `clock`: the wall
-    clock the queues were published on."""
+    clock the queues were published on. `let_through`: the requests let through before,
+    counted in the queues published before them, and added to when this one is."""
     record = best_record(records)
     if record is None:
         return None
@@ -225,31 +263,58 @@ async def check_overload(
     if fewest > budget:
         return Overload(fewest, record.prefill_rate, slo.ttft, retry_after(record))
     now = clock()
-    if not queues or any(fits_published(q, fewest, slo.ttft, now) for q in queues):
+    if not queues:
+        return None
+    since = LetThrough() if let_through is None else let_through
+    since.forget_before(min(q.seen for q in queues))
+    if any(fits_published(q, fewest, slo.ttft, now, since.since(q.seen)) for q in queues):
+        since.add(now, slo.ttft, fewest)
         return None
     queue = max(queues, key=lambda q: q.rate)
-    ahead = tokens_ahead(queue, slo.ttft, now)
-    full = all(q.decode_seats == 0 for q in queues)
+    ahead = tokens_ahead(queue, slo.ttft, now, since.since(queue.seen))
+    full = all(seats_left(q, since.since(q.seen)) == 0 for q in queues)
     return Overload(
         fewest, queue.rate, slo.ttft, retry_after(record), queued_tokens=ahead, decodes_full=full
     )
 
 
-def fits_published(queue: QueueView, tokens: int, ttft: float, now: float) -> bool:
+def fits_published(
+    queue: QueueView,
+    tokens: int,
+    ttft: float,
+    now: float,
+    let_through: Sequence[QueuedPrefill] = (),
+) -> bool:
     """Whether a request of `tokens` prompt tokens arriving at `now` (wall clock) with a
     TTFT of `ttft` seconds fits the queue an engine published (`core/queue_fit.py`), the
-    engine taken to have prefilled in deadline order since it saw the queue."""
-    if queue.decode_seats == 0:
+    engine taken to have prefilled in deadline order since it saw the queue, behind the
+    requests `let_through` since then (deadlines on the wall clock), each of which also
+    takes a decode seat."""
+    if seats_left(queue, let_through) == 0:
         return False  # the decodes running and queued fill the TBT already
     entries = [QueuedPrefill(seconds, count) for seconds, count in queue.entries]
+    entries += [QueuedPrefill(e.deadline - queue.seen, e.tokens) for e in let_through]
+    entries.sort(key=attrgetter("deadline"))
     arrival = max(0.0, now - queue.seen)
     return fits_queue(entries, QueuedPrefill(arrival + ttft, tokens), 0.0, queue.rate)
 
 
-def tokens_ahead(queue: QueueView, ttft: float, now: float) -> int:
-    """Prefill tokens of the published queue due before a request arriving at `now`."""
+def seats_left(queue: QueueView, let_through: Sequence[QueuedPrefill] = ()) -> int | None:
+    """Decode seats of the published queue left after the requests `let_through` since it
+    was seen; None where the engine does not count them."""
+    if queue.decode_seats is None:
+        return None
+    return max(0, queue.decode_seats - len(let_through))
+
+
+def tokens_ahead(
+    queue: QueueView, ttft: float, now: float, let_through: Sequence[QueuedPrefill] = ()
+) -> int:
+    """Prefill tokens of the published queue, and of the requests `let_through` since, due
+    before a request arriving at `now`."""
     due = max(0.0, now - queue.seen) + ttft
-    return sum(count for seconds, count in queue.entries if seconds <= due)
+    published = sum(count for seconds, count in queue.entries if seconds <= due)
+    return published + sum(e.tokens for e in let_through if e.deadline <= now + ttft)
 
 
 def overload_response(overload: Overload, status: int) -> Response:

@@ -36,8 +36,9 @@ CONFIG_KEY = "slidingserve"
 """The key of vLLM's `additional_config` that holds the adapter's settings."""
 
 SLO_DEFAULTS_ENV = "SLIDINGSERVE_SLO_DEFAULTS"
-"""Environment variable with the server's default SLO as JSON (`{"ttft_ms": .., "tbt_ms": ..}`),
-read by the request validator in the API server process."""
+"""Environment variable with the server's default SLO and SLO margin as JSON (`{"ttft_ms": ..,
+"tbt_ms": .., "margin_ms": ..}`), read by the request validator and the admission check in
+the API server process."""
 
 OMP_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 """vLLM's CPU build: the cores of each parallel worker, one group per rank (`"0|1"`,
@@ -88,6 +89,7 @@ class AdapterSettings:
     policy_options: Mapping[str, Any] = field(default_factory=dict)  # plain JSON values
     ttft_ms: float = DEFAULT_SLO.ttft_ms  # SLO of requests that give none, milliseconds
     tbt_ms: float = DEFAULT_SLO.tbt_ms
+    slo_margin_ms: float = 0.0  # every deadline planned this much earlier (`SLODefaults`)
     predictor: str | None = None  # predictor JSON from `slidingserve profile`
     online_learning: bool = True  # refit the predictor to the measured steps as they come
     steps_out: str | None = None  # file for the engine's step periods (`periods.py`)
@@ -109,8 +111,10 @@ class AdapterSettings:
 
     @property
     def slo_defaults(self) -> SLODefaults:
-        """The SLO of requests that give none."""
-        return SLODefaults(float(self.ttft_ms), float(self.tbt_ms))
+        """The SLO of requests that give none, and the margin of every request's."""
+        return SLODefaults(
+            float(self.ttft_ms), float(self.tbt_ms), margin_ms=float(self.slo_margin_ms)
+        )
 
 
 class VllmMissingError(RuntimeError):
@@ -266,6 +270,7 @@ def adapter_config(
     policy_options: Mapping[str, Any] | None = None,
     ttft_ms: float = DEFAULT_SLO.ttft_ms,
     tbt_ms: float = DEFAULT_SLO.tbt_ms,
+    slo_margin_ms: float = 0.0,
     predictor: str | os.PathLike[str] | None = None,
     online_learning: bool = True,
     steps_out: str | os.PathLike[str] | None = None,
@@ -273,9 +278,9 @@ def adapter_config(
     load_dir: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """vLLM's `additional_config` for the adapter, checked: a registered policy, a valid
-    default SLO (milliseconds), an existing predictor file, JSON-serializable options, a
-    folder for `steps_out` (the engine's step periods, written at shutdown), a positive
-    interval between two health lines in the log (seconds). `load_dir` is the folder the
+    default SLO and SLO margin (milliseconds), an existing predictor file, JSON-serializable
+    options, a folder for `steps_out` (the engine's step periods, written at shutdown), a
+    positive interval between two health lines in the log (seconds). `load_dir` is the folder the
     engine cores publish their load in for the API server's admission check
     (`load_record.py`), created by the caller before the engine starts."""
     check_policy_name(policy)
@@ -283,6 +288,7 @@ def adapter_config(
         SLO(ttft=ttft_ms / 1000, tbt=tbt_ms / 1000)
     except (TypeError, ValueError) as error:
         raise ValueError(f"default SLO ttft_ms={ttft_ms}, tbt_ms={tbt_ms}: {error}") from None
+    SLODefaults(float(ttft_ms), float(tbt_ms), margin_ms=slo_margin_ms)  # SLOArgumentError
     if not health_log_seconds > 0:
         raise ValueError(f"health_log_seconds must be positive, got {health_log_seconds}")
     predictor_path = None
@@ -300,6 +306,7 @@ def adapter_config(
         dict(policy_options or {}),
         float(ttft_ms),
         float(tbt_ms),
+        float(slo_margin_ms),
         predictor_path,
         online_learning,
         steps_path,
@@ -319,6 +326,8 @@ def adapter_kwargs(policy: str, **settings: Any) -> dict[str, Any]:
     return {"scheduler_cls": SCHEDULER_CLS, "additional_config": adapter_config(policy, **settings)}
 
 
-def slo_defaults_json(ttft_ms: float, tbt_ms: float) -> str:
-    """The value of `SLO_DEFAULTS_ENV` for a server with these default targets."""
-    return json.dumps({"ttft_ms": float(ttft_ms), "tbt_ms": float(tbt_ms)})
+def slo_defaults_json(ttft_ms: float, tbt_ms: float, margin_ms: float = 0.0) -> str:
+    """The value of `SLO_DEFAULTS_ENV` for a server with these default targets and margin."""
+    return json.dumps(
+        {"ttft_ms": float(ttft_ms), "tbt_ms": float(tbt_ms), "margin_ms": float(margin_ms)}
+    )

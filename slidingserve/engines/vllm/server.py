@@ -86,6 +86,7 @@ def server_command(
     port: int = 8000,
     ttft_ms: float = DEFAULT_SLO.ttft_ms,
     tbt_ms: float = DEFAULT_SLO.tbt_ms,
+    slo_margin_ms: float = 0.0,
     predictor: str | None = None,
     policy_options: Mapping[str, Any] | None = None,
     online_learning: bool = True,
@@ -98,11 +99,14 @@ def server_command(
 ) -> list[str]:
     """The command line of a vLLM API server scheduled by `policy`.
 
-    `ttft_ms` and `tbt_ms` are the SLO of requests that give none; `predictor` is a fitted
-    predictor's JSON file; `steps_out` a file for the engine's step periods (at shutdown);
-    `health_log_seconds` the interval between two health lines in the log; `load_dir` an
-    existing folder where the engine cores publish their load for the API server's
-    admission check (give the same to `server_environment`; None: no such check).
+    `ttft_ms` and `tbt_ms` are the SLO of requests that give none; `slo_margin_ms` brings
+    every request's deadlines forward in the engine's plans (`SLODefaults.margin_ms`, the
+    time from the engine to the client; give the same to `server_environment`);
+    `predictor` is a fitted predictor's JSON file; `steps_out` a file for the engine's
+    step periods (at shutdown); `health_log_seconds` the interval between two health
+    lines in the log; `load_dir` an existing folder where the engine cores publish their
+    load for the API server's admission check (give the same to `server_environment`;
+    None: no such check).
     `extra_vllm_args` go last, so they override the CPU defaults
     (`--block-size 64`, `--no-enforce-eager`, ...). Raises `ValueError` for an unknown policy,
     a bad default SLO, a missing predictor file or options that are not JSON.
@@ -112,6 +116,7 @@ def server_command(
         policy_options=policy_options,
         ttft_ms=ttft_ms,
         tbt_ms=tbt_ms,
+        slo_margin_ms=slo_margin_ms,
         predictor=predictor,
         online_learning=online_learning,
         steps_out=steps_out,
@@ -216,6 +221,7 @@ def server_environment(
     *,
     ttft_ms: float = DEFAULT_SLO.ttft_ms,
     tbt_ms: float = DEFAULT_SLO.tbt_ms,
+    slo_margin_ms: float = 0.0,
     base: Mapping[str, str] | None = None,
     metrics_dir: str | os.PathLike[str] | None = None,
     load_dir: str | os.PathLike[str] | None = None,
@@ -223,7 +229,8 @@ def server_environment(
     vllm_args: Sequence[str] = (),
 ) -> dict[str, str]:
     """The server's whole environment: `base` (default `os.environ`), the engine's settings,
-    the default SLO for the request validator and, with a `load_dir` (the one given to
+    the default SLO and the SLO margin for the request validator and the admission check
+    (the margin given to `server_command`) and, with a `load_dir` (the one given to
     `server_command`), where the API server reads the engine cores' load and the status it
     answers a request they cannot serve in time with (`refusal_status`, 503 or 429).
 
@@ -235,7 +242,7 @@ def server_environment(
     """
     env = dict(os.environ if base is None else base)
     env.update(engine_environment(multiprocessing=True))
-    env[SLO_DEFAULTS_ENV] = slo_defaults_json(ttft_ms, tbt_ms)
+    env[SLO_DEFAULTS_ENV] = slo_defaults_json(ttft_ms, tbt_ms, slo_margin_ms)
     if metrics_dir is not None:
         env.setdefault(MULTIPROC_ENV, os.fspath(metrics_dir))
     if load_dir is not None:
@@ -260,6 +267,7 @@ def run_server(
     *,
     ttft_ms: float = DEFAULT_SLO.ttft_ms,
     tbt_ms: float = DEFAULT_SLO.tbt_ms,
+    slo_margin_ms: float = 0.0,
     predictor: str | None = None,
     policy_options: Mapping[str, Any] | None = None,
     refusal_status: int = REFUSAL_STATUSES[0],
@@ -283,6 +291,7 @@ def run_server(
             policy,
             ttft_ms=ttft_ms,
             tbt_ms=tbt_ms,
+            slo_margin_ms=slo_margin_ms,
             predictor=predictor,
             policy_options=policy_options,
             load_dir=load_dir,
@@ -300,6 +309,7 @@ def run_server(
     env = server_environment(
         ttft_ms=ttft_ms,
         tbt_ms=tbt_ms,
+        slo_margin_ms=slo_margin_ms,
         metrics_dir=metrics,
         load_dir=load_dir,
         refusal_status=refusal_status,

@@ -33,6 +33,9 @@ one-line message and `param` naming the field at fault):
 - a valid request the engine cannot serve in time, judged from the load the engine cores
   publish (`LOAD_DIR_ENV`, `load_record.py`): 503 (or 429, `REFUSAL_STATUS_ENV`) with a
   `Retry-After` header, see `overload.py`;
+- a request let through that the engine refuses at its first step: the same answer in
+  place of the endpoint's 200 without a token (`refused_answers.py`; while the engine
+  cores publish their load, a streamed response's status leaves with its first token);
 - anything else: passed on unchanged.
 
 The defaults fill in what a request leaves out; they come from `SLO_DEFAULTS_ENV`, set by the
@@ -57,15 +60,19 @@ from slidingserve.core.slo_args import (
     SLODefaults,
     parse_slo_args,
 )
-from slidingserve.engines.vllm.load_record import LOAD_DIR_ENV, read_records
+from slidingserve.engines.vllm.load_record import LOAD_DIR_ENV, LoadRecord, read_records
 from slidingserve.engines.vllm.overload import (
     REFUSAL_STATUS_ENV,
+    LetThrough,
     Overload,
     Tokenizer,
+    best_record,
     check_overload,
     overload_response,
     refusal_status,
+    retry_after,
 )
+from slidingserve.engines.vllm.refused_answers import answer_refusals
 from slidingserve.engines.vllm.runtime import SLO_DEFAULTS_ENV
 
 if TYPE_CHECKING:
@@ -74,6 +81,9 @@ if TYPE_CHECKING:
     from starlette.responses import Response
     from vllm.config import VllmConfig
     from vllm.sampling_params import SamplingParams
+
+LET_THROUGH = LetThrough()
+"""The requests this API server process let through lately, for the admission check."""
 
 COMPLETION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
 """The OpenAI endpoints whose body may carry `vllm_xargs`."""
@@ -97,12 +107,17 @@ def check_slo_args(extra_args: Mapping[str, object] | None) -> None:
 
 @functools.lru_cache(maxsize=4)
 def slo_defaults(raw: str | None) -> SLODefaults:
-    """The defaults encoded in `raw` (the JSON of `SLO_DEFAULTS_ENV`), or `DEFAULT_SLO`."""
+    """The defaults encoded in `raw` (the JSON of `SLO_DEFAULTS_ENV`; a margin of 0 where it
+    gives none), or `DEFAULT_SLO`."""
     if not raw:
         return DEFAULT_SLO
     try:
         values = json.loads(raw)
-        return SLODefaults(ttft_ms=float(values["ttft_ms"]), tbt_ms=float(values["tbt_ms"]))
+        return SLODefaults(
+            ttft_ms=float(values["ttft_ms"]),
+            tbt_ms=float(values["tbt_ms"]),
+            margin_ms=float(values.get("margin_ms", 0.0)),
+        )
     except (ValueError, TypeError, KeyError) as error:
         raise ValueError(f"{SLO_DEFAULTS_ENV}={raw!r} is not valid: {error!r}") from None
 
@@ -148,17 +163,23 @@ async def slo_middleware(
     `seed` the engine cannot take) gets a 400 with an OpenAI-style error body, one the
     engine cannot serve in time a 503 or 429 (`overload.py`); every other request goes
     through unchanged. The module docstring lists every case."""
-    if request.method == "POST" and request.url.path in COMPLETION_PATHS:
-        payload = _payload(await request.body())
-        refusal = None if payload is None else _refusal(payload)
-        if refusal is not None:
-            return _bad_request(refusal)
-        if payload is not None:
-            overload = await _overload(request, payload)
-            if overload is not None:
-                status = refusal_status(os.environ.get(REFUSAL_STATUS_ENV))
-                return overload_response(overload, status)
-    return await call_next(request)
+    if request.method != "POST" or request.url.path not in COMPLETION_PATHS:
+        return await call_next(request)
+    payload = _payload(await request.body())
+    refusal = None if payload is None else _refusal(payload)
+    if refusal is not None:
+        return _bad_request(refusal)
+    records = _load_records()
+    if payload is None or not records:
+        return await call_next(request)
+    status = refusal_status(os.environ.get(REFUSAL_STATUS_ENV))
+    overload = await _overload(request, payload, records)
+    if overload is not None:
+        return overload_response(overload, status)
+    response = await call_next(request)
+    best = best_record(records)
+    retry = retry_after(best) if best is not None else 1
+    return await answer_refusals(response, payload.get("stream") is True, status, retry)
 
 
 def _payload(body: bytes) -> dict[str, Any] | None:
@@ -186,16 +207,23 @@ def _refusal(payload: dict[str, Any]) -> BadRequest | None:
     return None
 
 
-async def _overload(request: Request, payload: dict[str, Any]) -> Overload | None:
-    """Why the engine cannot serve this valid request in time, from the engine cores' load
-    records (none without `LOAD_DIR_ENV`: nothing is refused)."""
+def _load_records() -> list[LoadRecord]:
+    """The engine cores' fresh load records ([] without `LOAD_DIR_ENV`, or with admission
+    control off: then nothing is refused)."""
     folder = os.environ.get(LOAD_DIR_ENV)
-    if not folder:
-        return None
-    records = read_records(folder, time.time())
+    return read_records(folder, time.time()) if folder else []
+
+
+async def _overload(
+    request: Request, payload: dict[str, Any], records: list[LoadRecord]
+) -> Overload | None:
+    """Why the engine cannot serve this valid request in time, from the engine cores' load
+    `records`."""
     defaults = slo_defaults(os.environ.get(SLO_DEFAULTS_ENV))
+    tokenizer = served_tokenizer(request)
+    path = request.url.path
     return await check_overload(
-        request.url.path, payload, records, defaults, served_tokenizer(request)
+        path, payload, records, defaults, tokenizer, let_through=LET_THROUGH
     )
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from slidingserve.core.slo_args import SLODefaults
 from slidingserve.engines.vllm.runtime import (
     SCHEDULER_CLS,
     SLO_DEFAULTS_ENV,
@@ -94,6 +95,7 @@ def test_additional_config_holds_policy_slo_and_predictor(tmp_path: Path) -> Non
         "slidingserve",
         ttft_ms=800,
         tbt_ms=40.5,
+        slo_margin_ms=12.5,
         predictor=str(predictor),
         policy_options={"chunker": "window", "window": 2},
         online_learning=False,
@@ -108,6 +110,7 @@ def test_additional_config_holds_policy_slo_and_predictor(tmp_path: Path) -> Non
             "policy_options": {"chunker": "window", "window": 2},
             "ttft_ms": 800.0,
             "tbt_ms": 40.5,
+            "slo_margin_ms": 12.5,
             "predictor": str(predictor),
             "online_learning": False,
             "steps_out": str(tmp_path / "steps.json"),
@@ -187,8 +190,16 @@ def test_server_environment_runs_the_engine_in_its_own_process_with_slo_defaults
     assert env["PATH"] == "/bin"
     assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
     assert env["HF_HUB_OFFLINE"] == "1"
-    assert json.loads(env[SLO_DEFAULTS_ENV]) == {"ttft_ms": 900.0, "tbt_ms": 30.0}
+    slo = {"ttft_ms": 900.0, "tbt_ms": 30.0, "margin_ms": 0.0}
+    assert json.loads(env[SLO_DEFAULTS_ENV]) == slo
     assert "PROMETHEUS_MULTIPROC_DIR" not in env  # vLLM's single-process metrics
+
+
+def test_the_api_server_gets_the_slo_margin_the_engine_plans_with() -> None:
+    env = server_environment(ttft_ms=900, tbt_ms=30, slo_margin_ms=25, base={})
+    assert json.loads(env[SLO_DEFAULTS_ENV])["margin_ms"] == 25.0
+    settings = AdapterSettings.from_vllm(adapter_config("slidingserve", slo_margin_ms=25))
+    assert settings.slo_defaults == SLODefaults(margin_ms=25.0)
 
 
 def test_a_metrics_folder_puts_prometheus_in_multiprocess_mode(tmp_path: Path) -> None:

@@ -20,8 +20,14 @@ from starlette.routing import Route  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 from vllm.exceptions import VLLMValidationError  # noqa: E402
 
+from slidingserve.core.slo_args import SLODefaults  # noqa: E402
 from slidingserve.engines.vllm.runtime import SLO_DEFAULTS_ENV, engine_kwargs  # noqa: E402
-from slidingserve.engines.vllm.validation import SLOValidator, slo_middleware  # noqa: E402
+from slidingserve.engines.vllm.server import server_environment  # noqa: E402
+from slidingserve.engines.vllm.validation import (  # noqa: E402
+    SLOValidator,
+    slo_defaults,
+    slo_middleware,
+)
 
 BAD_SLOS = [
     ({"ttft_ms": -5}, "ttft_ms must be positive"),
@@ -130,3 +136,12 @@ def test_middleware_only_looks_at_completion_endpoints(client: TestClient) -> No
 def test_middleware_leaves_a_body_that_is_not_json_to_the_endpoint(client: TestClient) -> None:
     with pytest.raises(json.JSONDecodeError):  # the echo endpoint's own failure
         client.post("/v1/completions", content=b"{not json")
+
+
+def test_the_api_server_reads_the_slo_margin_the_engine_plans_with() -> None:
+    env = server_environment(ttft_ms=900, tbt_ms=30, slo_margin_ms=25, base={})
+    assert slo_defaults(env[SLO_DEFAULTS_ENV]) == SLODefaults(900.0, 30.0, margin_ms=25.0)
+    older = slo_defaults('{"ttft_ms": 900, "tbt_ms": 30}')  # written before margins existed
+    assert older == SLODefaults(900.0, 30.0)
+    with pytest.raises(ValueError, match="SLO margin"):
+        slo_defaults('{"ttft_ms": 900, "tbt_ms": 30, "margin_ms": -3}')
