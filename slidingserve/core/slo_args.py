@@ -80,7 +80,7 @@ def parse_slo_args(extra_args: Mapping[str, object] | None, defaults: SLODefault
 def planned_ttft(ttft: float, margin: float) -> float:
     """`ttft` less `margin` (both seconds), or `DUE_AT_ONCE` if that leaves nothing."""
     planned = ttft - margin
-    return planned if planned > DUE_AT_ONCE else DUE_AT_ONCE
+    return planned if planned > 0 else DUE_AT_ONCE
 
 
 def to_slo_args(slo: SLO) -> dict[str, str | int | float]:

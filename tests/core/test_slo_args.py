@@ -69,6 +69,8 @@ def test_a_ttft_the_margin_takes_whole_is_due_at_once() -> None:
     margined = SLODefaults(margin_ms=40)
     assert parse_slo_args({"ttft_ms": 40}, margined).ttft == DUE_AT_ONCE
     assert parse_slo_args({"ttft_ms": 10}, margined).ttft == DUE_AT_ONCE
+    assert parse_slo_args({"ttft_ms": 40.0005}, margined).ttft == pytest.approx(5e-7)
+    assert parse_slo_args({"ttft_ms": 1e-9}, DEFAULTS).ttft == 1e-12  # no margin: as given
 
 
 @pytest.mark.parametrize("margin", [-1.0, float("nan"), float("inf"), True, "5", 4e6])
