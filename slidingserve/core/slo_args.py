@@ -59,6 +59,12 @@ class SLODefaults:
         if margin > MAX_SLO_SECONDS * 1000:
             raise SLOArgumentError(f"an SLO margin of {margin} ms is over an hour")
         parse_slo_args({}, self)  # the defaults themselves must be valid
+        if margin and margin >= self.ttft_ms:
+            raise SLOArgumentError(
+                f"the SLO margin of {margin:g} ms must be under the default TTFT of "
+                f"{self.ttft_ms:g} ms: every request without a TTFT of its own would be due "
+                "at once"
+            )
 
 
 def parse_slo_args(extra_args: Mapping[str, object] | None, defaults: SLODefaults) -> SLO:
@@ -78,9 +84,9 @@ def parse_slo_args(extra_args: Mapping[str, object] | None, defaults: SLODefault
 
 
 def planned_ttft(ttft: float, margin: float) -> float:
-    """`ttft` less `margin` (both seconds), or `DUE_AT_ONCE` if that leaves nothing."""
-    planned = ttft - margin
-    return planned if planned > 0 else DUE_AT_ONCE
+    """`ttft` less `margin` (both seconds), at least `DUE_AT_ONCE` (or `ttft`, if shorter)
+    when the margin takes (nearly) all of it: never shorter for a longer `ttft`."""
+    return max(ttft - margin, min(ttft, DUE_AT_ONCE))
 
 
 def to_slo_args(slo: SLO) -> dict[str, str | int | float]:

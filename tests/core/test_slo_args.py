@@ -69,8 +69,15 @@ def test_a_ttft_the_margin_takes_whole_is_due_at_once() -> None:
     margined = SLODefaults(margin_ms=40)
     assert parse_slo_args({"ttft_ms": 40}, margined).ttft == DUE_AT_ONCE
     assert parse_slo_args({"ttft_ms": 10}, margined).ttft == DUE_AT_ONCE
-    assert parse_slo_args({"ttft_ms": 40.0005}, margined).ttft == pytest.approx(5e-7)
+    assert parse_slo_args({"ttft_ms": 40.0005}, margined).ttft == DUE_AT_ONCE  # not shorter
+    assert parse_slo_args({"ttft_ms": 40.002}, margined).ttft == pytest.approx(2e-6)
     assert parse_slo_args({"ttft_ms": 1e-9}, DEFAULTS).ttft == 1e-12  # no margin: as given
+
+
+def test_a_margin_must_leave_the_default_ttft_something() -> None:
+    with pytest.raises(SLOArgumentError, match="under the default TTFT of 2000 ms"):
+        SLODefaults(margin_ms=2000)
+    assert SLODefaults(margin_ms=1999).margin_ms == 1999
 
 
 @pytest.mark.parametrize("margin", [-1.0, float("nan"), float("inf"), True, "5", 4e6])

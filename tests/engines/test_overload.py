@@ -235,6 +235,15 @@ class TestQueueDecision:
         assert fits is None
         assert len(let_through) == 1  # the two are forgotten, the new one is kept
 
+    def test_an_idle_engines_old_queue_does_not_keep_them_for_ever(self) -> None:
+        let_through = LetThrough()
+        stale = queued(seen=0.0)  # an idle engine does not see its queue anew
+        check({"prompt": [1] * 10}, records=[stale], now=1.0, let_through=let_through)
+        check({"prompt": [1] * 10}, records=[stale], now=2.5, let_through=let_through)
+        assert len(let_through) == 2
+        check({"prompt": [1] * 10}, records=[stale], now=3.5, let_through=let_through)
+        assert len(let_through) == 2  # the first, let through over 2 s ago, is forgotten
+
     def test_each_request_let_through_takes_a_decode_seat(self) -> None:
         let_through = LetThrough()
         record = LoadRecord(0.0, RATE, 0.0, QueueView(0.0, RATE, (), decode_seats=2))

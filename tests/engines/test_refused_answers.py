@@ -69,11 +69,18 @@ def test_a_body_refused_in_every_choice_is_a_refusal() -> None:
     assert not refused_completion(b"[1, 2]")
 
 
-class Endpoint:
-    """A stand-in of the response `call_next` returns: a status and a body iterator."""
+SSE = {"content-type": "text/event-stream; charset=utf-8"}
+JSON_BODY = {"content-type": "application/json"}
 
-    def __init__(self, chunks: list[bytes], status_code: int = 200) -> None:
+
+class Endpoint:
+    """A stand-in of the response `call_next` returns: a status, headers and a body."""
+
+    def __init__(
+        self, chunks: list[bytes], headers: dict[str, str], status_code: int = 200
+    ) -> None:
         self.status_code = status_code
+        self.headers = headers
         self.read: list[bytes] = []  # what was taken from the body so far
         self.body_iterator = self._body(chunks)
 
@@ -89,12 +96,12 @@ class Answer(NamedTuple):
     body: bytes | None  # the whole body of a response that streams on; None for a refusal
 
 
-def answered(endpoint: Endpoint, stream: bool) -> Answer:
+def answered(endpoint: Endpoint) -> Answer:
     """The answer to `endpoint`'s response, and its body, read in one event loop (as the
     server does: an async generator does not outlive the loop it ran in)."""
 
     async def run() -> Answer:
-        response = await answer_refusals(endpoint, stream, 503, 3)
+        response = await answer_refusals(endpoint, 503, 3)
         read_first = list(endpoint.read)
         if not hasattr(response, "body_iterator"):
             return Answer(response, read_first, None)
@@ -110,8 +117,8 @@ def sse(*events: bytes) -> list[bytes]:
 
 def test_a_stream_with_output_goes_on_unchanged_from_its_first_token() -> None:
     chunks = sse(ROLE, chat_chunk({"content": "Hi"}), chat_chunk({"content": "!"}), b"data: [DONE]")
-    endpoint = Endpoint(chunks)
-    answer = answered(endpoint, stream=True)
+    endpoint = Endpoint(chunks, SSE)
+    answer = answered(endpoint)
     assert answer.response is endpoint
     assert answer.read_first == chunks[:2]  # held up to the first token, not further
     assert answer.body == b"".join(chunks)
@@ -120,7 +127,7 @@ def test_a_stream_with_output_goes_on_unchanged_from_its_first_token() -> None:
 def test_a_stream_that_ends_without_output_is_answered_as_a_refusal() -> None:
     pytest.importorskip("starlette")
     for chunks in (sse(b"data: [DONE]"), sse(ROLE, b"data: [DONE]"), sse(ROLE, USAGE), []):
-        response = answered(Endpoint(chunks), stream=True).response
+        response = answered(Endpoint(chunks, SSE)).response
         assert response.status_code == 503
         assert response.headers["retry-after"] == "3"
         error = json.loads(response.body)["error"]
@@ -129,12 +136,14 @@ def test_a_stream_that_ends_without_output_is_answered_as_a_refusal() -> None:
 
 
 def test_events_split_across_chunks_are_read_whole() -> None:
-    whole = b"".join(sse(completion_chunk("Hello"), b"data: [DONE]"))
-    chunks = [whole[:7], whole[7:30], whole[30:]]
-    answer = answered(Endpoint(chunks), stream=True)
+    first = completion_chunk("Hello") + b"\n\n"
+    whole = first + b"data: [DONE]\n\n"
+    chunks = [whole[:7], whole[7:30], whole[30 : len(first) + 1], whole[len(first) + 1 :]]
+    answer = answered(Endpoint(chunks, SSE))
     assert answer.response.status_code == 200
+    assert answer.read_first == chunks[:3]  # held until the first event was whole
     assert answer.body == whole
-    unended = answered(Endpoint([completion_chunk("Hello")]), stream=True)  # no blank line
+    unended = answered(Endpoint([completion_chunk("Hello")], SSE))  # no blank line
     assert unended.body == completion_chunk("Hello")
 
 
@@ -142,16 +151,40 @@ def test_a_body_not_streamed_is_answered_as_a_refusal_only_when_refused() -> Non
     pytest.importorskip("starlette")
     choice = {"index": 0, "text": "", "finish_reason": "abort", "stop_reason": "slo-refused"}
     refused = json.dumps({"choices": [choice]}).encode()
-    refusal = answered(Endpoint([refused[:10], refused[10:]]), stream=False).response
+    refusal = answered(Endpoint([refused[:10], refused[10:]], JSON_BODY)).response
     assert refusal.status_code == 503
     served = json.dumps({"choices": [{**choice, "text": "Hi", "stop_reason": None}]}).encode()
-    answer = answered(Endpoint([served[:10], served[10:]]), stream=False)
+    answer = answered(Endpoint([served[:10], served[10:]], JSON_BODY))
     assert answer.response.status_code == 200
     assert answer.body == served
 
 
 def test_an_error_status_passes_unread() -> None:
-    endpoint = Endpoint([b'{"error": {}}'], status_code=400)
-    answer = answered(endpoint, stream=True)
+    endpoint = Endpoint([b'{"error": {}}'], JSON_BODY, status_code=400)
+    answer = answered(endpoint)
     assert answer.response is endpoint
     assert answer.read_first == []
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"content-type": "text/event-stream", "content-encoding": "gzip"},
+        {"content-type": "text/plain"},
+        {},
+    ],
+)
+def test_an_encoded_body_or_another_type_passes_unread(headers: dict[str, str]) -> None:
+    endpoint = Endpoint(sse(b"data: [DONE]"), headers)
+    answer = answered(endpoint)
+    assert answer.response is endpoint
+    assert answer.read_first == []
+
+
+def test_the_content_type_decides_not_the_request() -> None:
+    """A stream asked for as `"stream": 1` is still read as a stream, from its first token."""
+    chunks = sse(completion_chunk("Hi"), b"data: [DONE]")
+    endpoint = Endpoint(chunks, {"content-type": "Text/Event-Stream"})
+    answer = answered(endpoint)
+    assert answer.read_first == chunks[:1]
+    assert answer.body == b"".join(chunks)

@@ -31,7 +31,8 @@ parallelism and speculative decoding with async scheduling are refused at start
 
 Configuration comes through vLLM's `additional_config["slidingserve"]`, read as
 `runtime.AdapterSettings`: `policy`, `policy_options`, `ttft_ms`, `tbt_ms` (the SLO of
-requests without one), `predictor` (a JSON file from `slidingserve profile`),
+requests without one), `slo_margin_ms` (every request's deadlines planned that much
+earlier, `core.slo_args.SLODefaults`), `predictor` (a JSON file from `slidingserve profile`),
 `online_learning`, `steps_out` (a file to write the engine's step periods to, see
 `periods.py`), `health_log_seconds` (seconds between two health lines in the log),
 `load_dir` (where to publish the engine's load for the API server's admission check,

@@ -3,7 +3,7 @@
 The API server answers a hopeless request at once (`overload.py`), but the numbers that
 decide it live in the engine core, another process: the prefill rate the policy's admission
 control assumes and the prefill queued in the engine. The adapter keeps them in a
-`LoadPublisher`, whose thread writes them as a small JSON file (`LoadRecord`) a few times a
+`LoadPublisher`, whose thread writes them as a small JSON file (`LoadRecord`) twenty times a
 second, one file per engine core (`record_path`: data-parallel engines each write their
 own) in a folder that `serve` creates and names to both processes. The API server reads
 the folder (`read_records`) on each completion request it checks, with no round trip to

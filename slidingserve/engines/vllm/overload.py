@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from slidingserve.core.queue_fit import QueuedPrefill, fits_queue
 from slidingserve.core.slo_args import REFUSED_REASON, SLODefaults, parse_slo_args
-from slidingserve.engines.vllm.load_record import LoadRecord, QueueView
+from slidingserve.engines.vllm.load_record import MAX_AGE, LoadRecord, QueueView
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -221,7 +221,9 @@ class LetThrough:
         return [entry for at, entry in self._entries if at > seen]
 
     def forget_before(self, seen: float) -> None:
-        """Forget the requests let through by `seen`: every queue now published holds them."""
+        """Forget the requests let through by `seen` (wall clock): `check_overload` passes
+        the oldest queue's `seen`, which holds them all, or `MAX_AGE` ago if later (an idle
+        engine, not scheduling, does not see its queue anew)."""
         while self._entries and self._entries[0][0] <= seen:
             self._entries.popleft()
 
@@ -262,20 +264,29 @@ async def check_overload(
     fewest = min(count for count in counts if count is not None)
     if fewest > budget:
         return Overload(fewest, record.prefill_rate, slo.ttft, retry_after(record))
-    now = clock()
     if not queues:
         return None
-    since = LetThrough() if let_through is None else let_through
-    since.forget_before(min(q.seen for q in queues))
-    if any(fits_published(q, fewest, slo.ttft, now, since.since(q.seen)) for q in queues):
-        since.add(now, slo.ttft, fewest)
+    passed = LetThrough() if let_through is None else let_through
+    overload = queue_overload(queues, fewest, slo.ttft, clock(), passed)
+    return None if overload is None else overload._replace(retry_after_s=retry_after(record))
+
+
+def queue_overload(
+    queues: Sequence[QueueView], tokens: int, ttft: float, now: float, passed: LetThrough
+) -> Overload | None:
+    """Why a request of `tokens` prompt tokens and a TTFT of `ttft` s arriving at `now`
+    fits none of the published `queues`, behind the requests `passed` since each was seen;
+    None, and the request counted in `passed`, when it fits one."""
+    passed.forget_before(max(min(q.seen for q in queues), now - MAX_AGE))
+    behind = [passed.since(q.seen) for q in queues]
+    pairs = list(zip(queues, behind, strict=True))
+    if any(fits_published(q, tokens, ttft, now, b) for q, b in pairs):
+        passed.add(now, ttft, tokens)
         return None
-    queue = max(queues, key=lambda q: q.rate)
-    ahead = tokens_ahead(queue, slo.ttft, now, since.since(queue.seen))
-    full = all(seats_left(q, since.since(q.seen)) == 0 for q in queues)
-    return Overload(
-        fewest, queue.rate, slo.ttft, retry_after(record), queued_tokens=ahead, decodes_full=full
-    )
+    queue, ahead_of_it = max(pairs, key=lambda pair: pair[0].rate)
+    ahead = tokens_ahead(queue, ttft, now, ahead_of_it)
+    full = all(seats_left(q, b) == 0 for q, b in pairs)
+    return Overload(tokens, queue.rate, ttft, 1, queued_tokens=ahead, decodes_full=full)
 
 
 def fits_published(

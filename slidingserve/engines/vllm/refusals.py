@@ -3,9 +3,9 @@ and their clients hear why.
 
 A refused request is finished as aborted (`finish_requests`, which frees it and tells the
 workers through the step's output), and the step's engine output carries, for its client,
-an output with no token, finish reason `abort` and stop reason `REFUSED_REASON`: an
-OpenAI-compatible client sees `"finish_reason": "abort"` and `"stop_reason":
-"slo-refused"` at once instead of a late answer.
+an output with no token, finish reason `abort` and stop reason `REFUSED_REASON` instead of
+a late answer. Behind `serve`'s API server its client gets a 503 (or 429) for it
+(`refused_answers.py`); offline, `LLM.generate` returns the output with that stop reason.
 """
 
 from __future__ import annotations

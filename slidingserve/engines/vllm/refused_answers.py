@@ -2,25 +2,29 @@
 and a JSON error, instead of a 200 without a token.
 
 With admission control on, most refusals are made in the API server before a request
-reaches the engine (`overload.py`). The rest are made by the engine at the request's first
-step (its view is a step fresher: the requests let through meanwhile, the decodes that
-started): it finishes the request as aborted with the stop reason `REFUSED_REASON`
-(`refusals.py`). vLLM 0.32 passes that reason on in a response that is not streamed, but a
-stream drops an output that carries no token, so the client of a streamed request gets a
-200 and `[DONE]` with nothing before it (a chat: its role chunk and `[DONE]`). Neither is
-an answer a client or a load balancer acts on.
+reaches the engine (`overload.py`). The rest are made by the engine: at the request's
+first step (its view is fresher: the decodes that started, its own rate), or later, under
+the queue-aware test, once a request admitted could no longer make its first token. It
+finishes the request as aborted with the stop reason `REFUSED_REASON` (`refusals.py`).
+vLLM 0.32 passes that reason on in a response that is not streamed, but a stream drops an
+output that carries no token, so the client of a streamed request gets a 200 and
+`[DONE]` with nothing before it (a chat: its role chunk and `[DONE]`). Neither is an
+answer a client or a load balancer acts on.
 
-`answer_refusals` reads the endpoint's response before its status goes out:
-- streamed: the events are held until the first one that carries output (text, token ids,
-  a chat delta other than the role, a finish reason) or an error; from there the stream
-  goes on unchanged, held events first. A stream that ends without any is a refusal. A
-  streamed request's status and first events therefore leave with its first token;
-- not streamed: a response whose every choice has the stop reason `REFUSED_REASON` and no
-  text is a refusal.
+`answer_refusals` reads the endpoint's response before its status goes out, by its
+content type (a body with a `content-encoding`, or of another type, passes unread):
+- an event stream (`text/event-stream`): the events are held until the first one that
+  carries output (text, token ids, a chat delta other than the role, a finish reason) or
+  an error; from there the stream goes on unchanged, held events first. A stream that
+  ends without any is a refusal. A streamed request's status and first events therefore
+  leave with its first token (a proxy in front must allow a TTFT before the headers);
+- JSON: a response whose every choice has the stop reason `REFUSED_REASON` and no text is
+  a refusal.
 
 A refusal is answered with `status`, `Retry-After` and the error body of `overload.py`. The
 engine refuses nothing without admission control, and the middleware calls this only when
-the engine cores publish their load (admission control on).
+the engine cores publish their load (admission control on), for requests that are not
+protected (those are never refused).
 """
 
 from __future__ import annotations
@@ -42,24 +46,32 @@ class EndpointResponse(Protocol):
     status_code: int
     body_iterator: AsyncIterator[bytes]
 
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
+EVENT_STREAM = "text/event-stream"
+JSON = "application/json"
 EVENT_END = b"\n\n"  # server-sent events end with a blank line
 DATA = b"data:"
 DONE = b"[DONE]"
 ENGINE_REFUSAL = (
-    f"{REFUSED_REASON}: the engine refused the request at its first step: its first token "
-    "would miss its deadline behind the requests running and queued"
+    f"{REFUSED_REASON}: the engine refused the request: its first token would miss its "
+    "deadline behind the requests running and queued"
 )
 
 
 async def answer_refusals(
-    response: EndpointResponse, stream: bool, status: int, retry_after_s: int
+    response: EndpointResponse, status: int, retry_after_s: int
 ) -> EndpointResponse | Response:
     """`response` (an endpoint's, through `call_next`, its body not yet sent), or the answer
     to a refusal when the engine refused the request (module docstring)."""
-    if response.status_code != HTTPStatus.OK:
+    kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    encoded = "content-encoding" in response.headers
+    if response.status_code != HTTPStatus.OK or encoded or kind not in (EVENT_STREAM, JSON):
         return response
     body = response.body_iterator
-    if not stream:
+    if kind == JSON:
         content = b"".join([chunk async for chunk in body])
         if refused_completion(content):
             return refusal_response(status, retry_after_s)

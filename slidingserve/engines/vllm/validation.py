@@ -33,9 +33,9 @@ one-line message and `param` naming the field at fault):
 - a valid request the engine cannot serve in time, judged from the load the engine cores
   publish (`LOAD_DIR_ENV`, `load_record.py`): 503 (or 429, `REFUSAL_STATUS_ENV`) with a
   `Retry-After` header, see `overload.py`;
-- a request let through that the engine refuses at its first step: the same answer in
-  place of the endpoint's 200 without a token (`refused_answers.py`; while the engine
-  cores publish their load, a streamed response's status leaves with its first token);
+- a request let through that the engine refuses: the same answer in place of the
+  endpoint's 200 without a token (`refused_answers.py`; while the engine cores publish
+  their load, a streamed response's status leaves with its first token);
 - anything else: passed on unchanged.
 
 The defaults fill in what a request leaves out; they come from `SLO_DEFAULTS_ENV`, set by the
@@ -161,8 +161,10 @@ async def slo_middleware(
 ) -> Response:
     """ASGI HTTP middleware: a completion request with a bad SLO in its `vllm_xargs` (or a
     `seed` the engine cannot take) gets a 400 with an OpenAI-style error body, one the
-    engine cannot serve in time a 503 or 429 (`overload.py`); every other request goes
-    through unchanged. The module docstring lists every case."""
+    engine cannot serve in time a 503 or 429 (`overload.py`), and so does one the engine
+    refuses itself (`refused_answers.py`); every other request goes through unchanged
+    (while the engine cores publish their load, its status leaves with its first token).
+    The module docstring lists every case."""
     if request.method != "POST" or request.url.path not in COMPLETION_PATHS:
         return await call_next(request)
     payload = _payload(await request.body())
@@ -177,9 +179,10 @@ async def slo_middleware(
     if overload is not None:
         return overload_response(overload, status)
     response = await call_next(request)
-    best = best_record(records)
-    retry = retry_after(best) if best is not None else 1
-    return await answer_refusals(response, payload.get("stream") is True, status, retry)
+    if _protected(payload):
+        return response  # never refused
+    best = best_record(records)  # None only without records
+    return await answer_refusals(response, status, retry_after(best) if best else 1)
 
 
 def _payload(body: bytes) -> dict[str, Any] | None:
@@ -205,6 +208,12 @@ def _refusal(payload: dict[str, Any]) -> BadRequest | None:
     except SLOArgumentError as error:
         return BadRequest(str(error), "vllm_xargs")
     return None
+
+
+def _protected(payload: dict[str, Any]) -> bool:
+    """Whether a request whose SLO is valid is protected."""
+    defaults = slo_defaults(os.environ.get(SLO_DEFAULTS_ENV))
+    return parse_slo_args(payload.get("vllm_xargs"), defaults).protected
 
 
 def _load_records() -> list[LoadRecord]:
