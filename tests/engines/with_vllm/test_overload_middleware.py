@@ -1,5 +1,6 @@
 """The middleware's admission check on a minimal app: a hopeless request gets its 503 (or
-429) before the endpoint runs, streamed or not, on both completion endpoints."""
+429) before the endpoint runs, streamed or not, on both completion endpoints; a burst is
+counted against the published queue; an engine's refusal is answered with a 503 too."""
 
 from __future__ import annotations
 
@@ -20,13 +21,15 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
+from slidingserve.engines.vllm import validation
 from slidingserve.engines.vllm.load_record import (
     LOAD_DIR_ENV,
     LoadRecord,
+    QueueView,
     record_path,
     write_record,
 )
-from slidingserve.engines.vllm.overload import REFUSAL_STATUS_ENV
+from slidingserve.engines.vllm.overload import REFUSAL_STATUS_ENV, LetThrough
 from slidingserve.engines.vllm.runtime import SLO_DEFAULTS_ENV
 from slidingserve.engines.vllm.validation import slo_middleware
 
@@ -40,12 +43,21 @@ class WordTokenizer:
 
 
 async def endpoint(request: Request) -> Response:
-    """Stands for vLLM's endpoint: streams two events, or answers with one JSON object."""
+    """Stands for vLLM's endpoint: streams two events, or answers with one JSON object; as
+    vLLM 0.32 answers a request its engine refused when the prompt's first token id is 0
+    (an empty stream, or a choice with the stop reason `slo-refused`)."""
     body = json.loads(await request.body())
+    refused = body.get("prompt", [1])[0] == 0
     if body.get("stream"):
         events = [b'data: {"choices": [{"text": "a"}]}\n\n', b"data: [DONE]\n\n"]
-        return StreamingResponse(iter(events), media_type="text/event-stream")
-    return Response(b'{"choices": [{"text": "a"}]}', media_type="application/json")
+        return StreamingResponse(iter(events[1:] if refused else events), media_type=SSE)
+    refusal = {"text": "", "finish_reason": "abort", "stop_reason": "slo-refused"}
+    choice = refusal if refused else {"text": "a"}
+    return Response(json.dumps({"choices": [choice]}), media_type=JSON)
+
+
+SSE = "text/event-stream"
+JSON = "application/json"
 
 
 def body(path: str, stream: bool, tokens: int, ttft_ms: float = 100) -> dict[str, object]:
@@ -69,6 +81,7 @@ def make_client(monkeypatch: pytest.MonkeyPatch, folder: Path, status: str | Non
     app = Starlette(routes=[Route(path, endpoint, methods=["POST"]) for path in PATHS])
     app.add_middleware(BaseHTTPMiddleware, dispatch=slo_middleware)  # as vLLM's --middleware
     app.state.engine_client = SimpleNamespace(renderer=SimpleNamespace(tokenizer=WordTokenizer()))
+    monkeypatch.setattr(validation, "LET_THROUGH", LetThrough())  # each test its own count
     return TestClient(app)
 
 
@@ -139,3 +152,41 @@ def test_a_bad_slo_is_still_a_400(client: TestClient, tmp_path: Path) -> None:
     publish(tmp_path)
     payload = body("/v1/completions", False, tokens=150, ttft_ms=-1)
     assert client.post("/v1/completions", json=payload).status_code == 400
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_refusal_by_the_engine_is_answered_with_a_503(
+    client: TestClient, tmp_path: Path, stream: bool
+) -> None:
+    publish(tmp_path)
+    refused = {"prompt": [0] * 20, "stream": stream}
+    response = client.post("/v1/completions", json=refused)
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "3"
+    error = response.json()["error"]
+    assert error["reason"] == "slo-refused" and "the engine refused" in error["message"]
+    protected = {**refused, "vllm_xargs": {"protected": 1}}  # never refused: passed unread
+    assert client.post("/v1/completions", json=protected).status_code == 200
+    served = client.post("/v1/completions", json={"prompt": [1] * 20, "stream": stream})
+    assert served.status_code == 200
+    assert served.text.startswith("data:" if stream else "{")
+
+
+def test_without_records_a_refusal_by_the_engine_passes_as_vllm_sends_it(
+    client: TestClient,
+) -> None:
+    response = client.post("/v1/completions", json={"prompt": [0] * 20, "stream": True})
+    assert (response.status_code, response.text) == (200, "data: [DONE]\n\n")
+
+
+def test_a_burst_is_counted_against_the_published_queue(client: TestClient, tmp_path: Path) -> None:
+    """400-token requests with a 1 s TTFT at 1,000 tokens/s: each fits the empty queue
+    alone, two fit together; the third is refused behind the two let through."""
+    queue = QueueView(time.time(), RATE, (), decode_seats=10)
+    write_record(record_path(tmp_path, 0), LoadRecord(time.time(), RATE, 0.0, queue))
+    answers = [
+        client.post("/v1/completions", json=body("/v1/completions", False, 400, ttft_ms=1000))
+        for _ in range(3)
+    ]
+    assert [a.status_code for a in answers] == [200, 200, 503]
+    assert "800 queued ahead" in answers[2].json()["error"]["message"]

@@ -1,8 +1,7 @@
 """A real server with admission control, with each admission test (`alone`, `queue`): a
 hopeless request gets its 503 before any byte of a stream, streamed or not, on both
-completion endpoints; a request that fits is served; a burst the queue cannot take is
-refused by the API server, which counts the requests it let through, and no answer is a
-200 without a token (the engine's own refusals are answered with a 503,
+completion endpoints; a request that fits is served; in a burst no answer is a 200
+without a token (the engine's own refusals are answered with a 503,
 `refused_answers.py`).
 
 The server runs in a subprocess (`serving`, the tiny model); its engine core publishes its
@@ -122,13 +121,13 @@ def test_a_request_that_fits_and_a_protected_one_are_served(server: Served, stre
         assert answer.body.startswith(b"data:") if stream else b'"choices"' in answer.body
 
 
-def test_a_burst_the_queue_cannot_take_is_refused_by_the_api_server(server: Served) -> None:
+def test_a_burst_gets_tokens_or_a_503_never_an_empty_200(server: Served) -> None:
     """Twelve requests at once, each of which fits the published queue alone where about
-    two fit together. The API server counts those it let through (`LetThrough`), so it
-    refuses some of the burst itself (without that count it tests each against the same
-    queue and lets every one through); whatever the engine refuses of the rest is answered
-    with a 503 too. Every answer is a 200 with output or a 503, streamed or not, chat or
-    completion: none is a 200 without a token."""
+    two fit together (on the published rate; the tiny model may drain the queue faster).
+    Whatever is refused, by the API server or by the engine, is a 503, streamed or not,
+    chat or completion: no answer is a 200 without a token. (The API server's count of
+    the requests it let through is tested on a stand-in app, `test_overload_middleware`:
+    here the engine's speed decides how many are refused.)"""
     if server.test != "queue":
         pytest.skip("the test alone publishes no queue: each request is tested by itself")
     records = read_records(server.load_dir, time.time())
@@ -143,7 +142,6 @@ def test_a_burst_the_queue_cannot_take_is_refused_by_the_api_server(server: Serv
     assert set(statuses) <= {200, 503}, statuses
     refusals = [json.loads(a.body)["error"] for a in answers if a.status == 503]
     assert all(e["reason"] == "slo-refused" for e in refusals)
-    assert any("the engine refused" not in e["message"] for e in refusals), refusals
     for answer, (_, stream) in zip(answers, shapes, strict=True):
         if answer.status == 200:
             assert has_tokens(answer.body, stream), answer.body[:300]
