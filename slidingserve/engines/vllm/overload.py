@@ -329,16 +329,22 @@ def tokens_ahead(
 
 
 def overload_response(overload: Overload, status: int) -> Response:
-    """The answer to a refused request: `status`, `Retry-After` and vLLM's error body (the
-    one it sends for its own queue caps), whose `reason` is `REFUSED_REASON`."""
+    """The answer to a request refused for `overload` (`refusal_answer`)."""
+    return refusal_answer(overload.message(), status, overload.retry_after_s)
+
+
+def refusal_answer(message: str, status: int, retry_after_s: int) -> Response:
+    """The answer to a refused request, by the API server or its engine: `status`,
+    `Retry-After` (whole seconds, at least 1) and vLLM's error body (the one it sends for
+    its own queue caps) saying `message`, whose `reason` is `REFUSED_REASON`."""
     from starlette.responses import JSONResponse
 
     error = {
-        "message": overload.message(),
+        "message": message,
         "type": HTTPStatus(status).phrase,
         "param": None,
         "code": status,
         "reason": REFUSED_REASON,
     }
-    headers = {"Retry-After": str(overload.retry_after_s)}
+    headers = {"Retry-After": str(max(1, retry_after_s))}
     return JSONResponse(status_code=status, content={"error": error}, headers=headers)

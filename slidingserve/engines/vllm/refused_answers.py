@@ -35,6 +35,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Protocol
 
 from slidingserve.core.slo_args import REFUSED_REASON
+from slidingserve.engines.vllm.overload import refusal_answer
 
 if TYPE_CHECKING:
     from starlette.responses import Response
@@ -144,19 +145,9 @@ def _message_text(choice: Mapping[str, Any]) -> object:
 
 
 def refusal_response(status: int, retry_after_s: int) -> Response:
-    """The answer to a request the engine refused: `status` (503 or 429), `Retry-After` and
-    the error body of the API server's own refusals, whose `reason` is `REFUSED_REASON`."""
-    from starlette.responses import JSONResponse
-
-    error = {
-        "message": ENGINE_REFUSAL,
-        "type": HTTPStatus(status).phrase,
-        "param": None,
-        "code": status,
-        "reason": REFUSED_REASON,
-    }
-    headers = {"Retry-After": str(max(1, retry_after_s))}
-    return JSONResponse(status_code=status, content={"error": error}, headers=headers)
+    """The answer to a request the engine refused: the API server's own refusal
+    (`overload.refusal_answer`) saying `ENGINE_REFUSAL`."""
+    return refusal_answer(ENGINE_REFUSAL, status, retry_after_s)
 
 
 def _replayed(

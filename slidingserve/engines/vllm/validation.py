@@ -172,15 +172,13 @@ async def slo_middleware(
     if refusal is not None:
         return _bad_request(refusal)
     records = _load_records()
-    if payload is None or not records:
+    if payload is None or not records or _protected(payload):  # protected: never refused
         return await call_next(request)
     status = refusal_status(os.environ.get(REFUSAL_STATUS_ENV))
     overload = await _overload(request, payload, records)
     if overload is not None:
         return overload_response(overload, status)
     response = await call_next(request)
-    if _protected(payload):
-        return response  # never refused
     best = best_record(records)  # None only without records
     return await answer_refusals(response, status, retry_after(best) if best else 1)
 
