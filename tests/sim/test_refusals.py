@@ -105,6 +105,22 @@ class TestQueueAdmission:
         later, _ = make_view(now=0.95, waiting=[request, fresh])
         assert [r.request_id for r in policy.schedule(later).refused] == ["r"]
 
+    def test_a_pause_in_the_traffic_refuses_nothing_after_it(self) -> None:
+        # The gap from the last step before a 30 s pause to the first after it is
+        # idleness: counted as the engine's overhead a step it would leave the model ~0
+        # of each step's time, and refuse every request that fits an empty engine.
+        # The last step before it runs a decode beside a prefill, and both requests end.
+        before = [
+            make_request("a0", arrival=0.0, prompt=200, output=2),
+            make_request("a1", arrival=0.005, prompt=200, output=1),
+        ]
+        after = [
+            make_request(f"b{i}", arrival=30.0 + 0.1 * i, prompt=200, output=5) for i in range(5)
+        ]
+        run(before + after, self.policy())
+        assert not [r.request_id for r in before + after if r.refused]
+        assert all(r.token_times[0] <= r.ttft_deadline for r in before + after)
+
     def test_the_queue_is_published_for_the_api_server(self) -> None:
         policy = self.policy()
         assert isinstance(policy, ControlsAdmission)

@@ -8,6 +8,7 @@ admission instead of each step [beyond the paper].
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import TYPE_CHECKING
 
 from slidingserve.core.batch import BatchShape
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from slidingserve.core.request import Request
+    from slidingserve.core.view import SchedulerView
     from slidingserve.policies.base import IterationRecord
     from slidingserve.policies.slidingserve.stats import TimedModel
 
@@ -89,19 +91,34 @@ class DecodeRoom:
 
 class StepOverhead:
     """The time between an engine's steps that is not the model's: an EMA of the gap from
-    one iteration's end to the next one's start, after iterations that ran decodes (the
-    engine then steps again at once, so the gap is its own bookkeeping and whatever else
-    shares its processor, not idleness). Zero in the simulator; on vLLM the Python work
-    around each step, which a predictor of the model's time does not see."""
+    one iteration's end to the next one's start, after iterations that ran decodes and left
+    the engine with requests (it then steps again at once, so the gap is its own
+    bookkeeping and whatever else shares its processor, not idleness: `note_view` tells).
+    Zero in the simulator; on vLLM the Python work around each step, which a predictor of
+    the model's time does not see."""
 
     def __init__(self) -> None:
         self.seconds = 0.0  # EMA of the gap, seconds
         self.model_seconds = 0.0  # EMA of the model time of the same iterations
         self._previous: IterationRecord | None = None
+        self._idle = False  # the engine had no request when `_previous` ended
+
+    def note_view(self, view: SchedulerView) -> None:
+        """Read, before the next iteration, whether the engine had requests when the last
+        one observed ended: one present now that had arrived by then. Without any it sat
+        idle until an arrival, and the gap to the next iteration is not overhead (a gap
+        the length of a pause in the traffic would otherwise stand for seconds of overhead
+        a step, and refuse every request that follows)."""
+        previous = self._previous
+        if previous is None:
+            return
+        end = previous.start + previous.duration
+        self._idle = not any(r.arrival <= end for r in chain(view.running, view.waiting))
 
     def observe(self, record: IterationRecord) -> None:
         previous, self._previous = self._previous, record
-        if previous is None or not previous.shape.num_decodes:
+        idle, self._idle = self._idle, False
+        if previous is None or not previous.shape.num_decodes or idle:
             return
         gap = max(0.0, record.start - (previous.start + previous.duration))
         self.seconds = OVERHEAD_DECAY * self.seconds + (1 - OVERHEAD_DECAY) * gap

@@ -129,6 +129,8 @@ class SlidingServePolicy(Policy):
             self.demand.observe(view.now, view.waiting)
             self.outputs.observe(view.running, view.waiting)
         watch = Stopwatch(self.model, timing=self.config.record_decisions)
+        if self.config.admission_test == "queue":
+            self.overhead.note_view(view)  # before any refusal: what the engine had
         refused = self._hopeless(view) if self.config.admission else []
         if refused:
             view = view.without(refused)

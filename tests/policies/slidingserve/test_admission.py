@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from factories import TokenLinearModel, make_request
+from factories import TokenLinearModel, make_request, make_view
 
 from slidingserve.core import BatchShape, Plan
 from slidingserve.policies.base import IterationRecord
@@ -65,3 +65,21 @@ def test_a_fast_forwarded_run_between_two_records_is_not_overhead() -> None:
     overhead.skip()  # the simulator ran decode-only steps from 0.04 s to 2.0 s
     overhead.observe(record(2.0, 0.040, decodes=4))
     assert overhead.seconds == 0.0 and overhead.model_share == 1.0
+
+
+def test_a_gap_after_the_last_request_finished_is_idleness_not_overhead() -> None:
+    overhead = StepOverhead()
+    overhead.observe(record(0.0, 0.040, decodes=4))  # the last decodes: every request ends
+    arrived_later = make_request("next", arrival=30.0)
+    overhead.note_view(make_view(now=30.0, waiting=[arrived_later])[0])
+    overhead.observe(record(30.0, 0.040, decodes=4))  # the next arrival, 30 s later
+    assert overhead.seconds == 0.0 and overhead.model_share == 1.0
+
+
+def test_a_gap_while_a_request_waited_is_overhead() -> None:
+    overhead = StepOverhead()
+    overhead.observe(record(0.0, 0.040, decodes=4))
+    waited = make_request("waited", arrival=0.01)  # arrived during the step, still there
+    overhead.note_view(make_view(now=0.050, waiting=[waited])[0])
+    overhead.observe(record(0.050, 0.040, decodes=4))
+    assert overhead.seconds == pytest.approx(0.1 * 0.010)
