@@ -275,9 +275,9 @@ class SlidingServePolicy(Policy):
     def _unfit(self, view: SchedulerView) -> tuple[list[Request], Triage | None]:
         """The queue-aware admission test: the requests arrived since the last step (not
         protected, nothing computed) that do not fit, in deadline order, behind the live
-        requests the ordering and triage keep among the others, at the triage's rate (the
-        observed one without a triage) ÷ the budget's `time_margin`, the margin the budget
-        keeps on the decode slack, × the share of the engine's time that is the model's
+        requests the ordering and triage keep among the others, at the rate of
+        `_admission_queue_rate` ÷ the budget's `time_margin`, the margin the budget keeps on
+        the decode slack, × the share of the engine's time that is the model's
         (`core/queue_fit.py`); nor those that would take a decode-only step, with the
         engine's time between steps, past the tightest TBT ÷ that margin (`admission.py`).
         Also the triage of `view`, when nothing arrived (the step reuses it), else None."""
@@ -294,15 +294,13 @@ class SlidingServePolicy(Policy):
             QueuedPrefill(d, r.remaining_prefill) for r in kept if (d := r.next_deadline) > now
         ]
         margin = self.config.budget.time_margin
-        rate = self._admission_queue_rate(established) * self.overhead.model_share / margin
+        # The decodes there will be once the requests kept have started, and their TBT
+        contexts = [r.num_computed for r in view.decoding] + [r.prefill_target for r in kept]
+        tbt = min((r.slo.tbt for r in (*view.decoding, *kept)), default=math.inf)
+        rate = self._admission_queue_rate(established, contexts, tbt)
+        rate *= self.overhead.model_share / margin
         new = [QueuedPrefill(r.next_deadline, r.remaining_prefill) for r in fresh]
-        decodes = DecodeRoom(
-            self.model,
-            [r.num_computed for r in view.decoding] + [r.prefill_target for r in kept],
-            min((r.slo.tbt for r in (*view.decoding, *kept)), default=math.inf),
-            margin,
-            self.overhead.seconds,
-        )
+        decodes = DecodeRoom(self.model, contexts, tbt, margin, self.overhead.seconds)
         answers = admit_in_turn(queue, new, now, rate, lambda i: decodes.take(fresh[i]))
         admitted = sorted([*queue, *compress(new, answers)], key=attrgetter("deadline"))
         seats = decodes.seats(self._typical_context(kept, fresh))
@@ -317,10 +315,22 @@ class SlidingServePolicy(Policy):
         prompts = sorted(r.prompt_len for r in (*kept, *fresh))
         return prompts[len(prompts) // 2] if prompts else MIN_TYPICAL_CONTEXT
 
-    def _admission_queue_rate(self, view: SchedulerView) -> float:
-        if self.triage is None:
-            return self.rate.value
-        return self._triage_rate(view, self.triage.config.rate)
+    def _admission_queue_rate(self, view: SchedulerView, contexts: list[int], tbt: float) -> float:
+        """Prefill tokens per second the queue-aware test assumes: the triage's rate (the
+        observed ρ_t without a triage), or less, what the predictor gives for iterations of
+        `tbt` beside decodes of `contexts`: those running and the requests kept, once
+        started. A request admitted waits for the requests ahead of it, which decode
+        meanwhile and slow the prefill, as a rate observed before they started does not
+        tell: at the start of a burst the test then admits what the engine gives up and
+        refuses seconds later (docs/vllm.md, section 5.1)."""
+        observed = (
+            self.rate.value
+            if self.triage is None
+            else self._triage_rate(view, self.triage.config.rate)
+        )
+        if not contexts:
+            return observed
+        return min(observed, self._predicted_rate(contexts, tbt))
 
     def _sorted_queue(self, view: SchedulerView, triage: Triage | None = None) -> list[Request]:
         """The prefill queue in the ordering's order, requests the triage gives up last
@@ -356,11 +366,13 @@ class SlidingServePolicy(Policy):
         if source == "ema" or not view.decoding:
             return self.rate.value
         tbt = min(r.slo.tbt for r in view.decoding)
-        profile = PrefillQueueProfile(
-            [r.num_computed for r in view.decoding], [(self.max_tokens, 0)]
-        )
-        times = QueueTimes(self.model, profile, self.max_tokens)
-        tokens = times.tokens_within(tbt)
+        return self._predicted_rate([r.num_computed for r in view.decoding], tbt)
+
+    def _predicted_rate(self, contexts: list[int], tbt: float) -> float:
+        """Prefill tokens per second of iterations of `tbt` s beside decodes of `contexts`
+        cached tokens, as the predictor sees them (0 when the decodes alone fill that time)."""
+        profile = PrefillQueueProfile(contexts, [(self.max_tokens, 0)])
+        tokens = QueueTimes(self.model, profile, self.max_tokens).tokens_within(tbt)
         return (tokens or 0) / tbt
 
     def _construct(
