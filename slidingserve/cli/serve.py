@@ -42,6 +42,14 @@ def add_parser(commands: Any) -> None:
         help="HTTP status of a request refused by admission control (default 503, as vLLM's "
         "queue caps)",
     )
+    parser.add_argument(
+        "--admission-guard-ms",
+        type=float,
+        default=0.0,
+        help="with admission control on, the API server refuses a request whose first token "
+        "it predicts within this many ms of its deadline, so that the engine, whose "
+        "refusals come a step or more later, seldom refuses one itself (default 0)",
+    )
     parser.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then vLLM flags")
     parser.set_defaults(handler=run)
 
@@ -70,5 +78,6 @@ def run(args: argparse.Namespace) -> int:
         policy_options=settings["policies"].get(args.policy, {}),
         online_learning=not args.no_online_learning,
         refusal_status=args.refusal_status,
+        admission_guard_ms=args.admission_guard_ms,
         extra_vllm_args=extra,
     )

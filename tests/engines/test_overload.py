@@ -16,6 +16,7 @@ from slidingserve.engines.vllm.overload import (
     LetThrough,
     Overload,
     Prompt,
+    admission_guard,
     best_record,
     check_overload,
     count_tokens,
@@ -51,11 +52,19 @@ def check(
     tokenizer: WordTokenizer | None = None,
     now: float = 0.0,
     let_through: LetThrough | None = None,
+    guard: float = 0.0,
 ) -> Overload | None:
     records = [make_record()] if records is None else records
     return asyncio.run(
         check_overload(
-            path, payload, records, DEFAULTS, tokenizer, clock=lambda: now, let_through=let_through
+            path,
+            payload,
+            records,
+            DEFAULTS,
+            tokenizer,
+            clock=lambda: now,
+            let_through=let_through,
+            guard=guard,
         )
     )
 
@@ -259,6 +268,44 @@ class TestQueueDecision:
         record = queued((0.9, 950))
         assert check({"prompt": words(60)}, records=[record], tokenizer=tokenizer) is not None
         assert tokenizer.calls == 1
+
+
+class TestGuard:
+    """`serve --admission-guard-ms`: the API server tests each request that much early."""
+
+    def test_a_prompt_that_fits_only_without_the_guard_is_refused_with_it(self) -> None:
+        payload = {"prompt": [1] * 95, "vllm_xargs": {"ttft_ms": 100}}
+        assert check(payload) is None
+        overload = check(payload, guard=0.010)  # 95 ms of prefill, 90 ms to the guard
+        assert overload == Overload(95, RATE, 0.1, 1, guard_s=0.010)
+        assert "TTFT of 100 ms less the server's admission guard of 10 ms" in overload.message()
+
+    def test_behind_the_queue_the_request_is_tested_early_and_counted_with_its_deadline(
+        self,
+    ) -> None:
+        # 600 queued tokens due first, then 300 of its own: done at 0.9 s of its 1 s.
+        record = queued((0.5, 600))
+        assert check({"prompt": [1] * 300}, records=[record], guard=0.05) is None
+        refused = check({"prompt": [1] * 300}, records=[record], guard=0.15)
+        assert refused is not None and refused.ttft_s == 1.0 and refused.guard_s == 0.15
+        # Let through, it is counted due at its own deadline (1 s), not the guarded one.
+        let_through = LetThrough()
+        check({"prompt": [1] * 10}, records=[queued()], let_through=let_through, guard=0.5)
+        assert let_through.since(-1.0)[0].deadline == 1.0
+
+    def test_a_guard_as_long_as_the_ttft_leaves_the_request_due_at_once(self) -> None:
+        assert check({"prompt": [1], "vllm_xargs": {"ttft_ms": 100}}, guard=0.2) is not None
+
+    @pytest.mark.parametrize(
+        ("raw", "seconds"), [(None, 0.0), ("", 0.0), ("0", 0.0), ("250", 0.25)]
+    )
+    def test_the_configured_guard(self, raw: str | None, seconds: float) -> None:
+        assert admission_guard(raw) == seconds
+
+    @pytest.mark.parametrize("raw", ["-1", "nan", "inf", "x", "3600001"])
+    def test_a_bad_guard_is_an_error(self, raw: str) -> None:
+        with pytest.raises(ValueError, match="admission guard is a number of milliseconds"):
+            admission_guard(raw)
 
 
 class TestRetryAfter:

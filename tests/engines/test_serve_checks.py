@@ -100,6 +100,8 @@ class TestRefusedBeforeLaunch:
             (["--tbt-ms", "0"], "tbt must be positive"),
             (["--slo-margin-ms", "-1"], "the SLO margin must be a finite number"),
             (["--slo-margin-ms", "nan"], "the SLO margin must be a finite number"),
+            (["--admission-guard-ms", "-1"], "the admission guard is a number of milliseconds"),
+            (["--admission-guard-ms", "inf"], "the admission guard is a number of milliseconds"),
             (["--predictor", "/nonexistent/predictor.json"], "does not exist"),
         ],
     )
@@ -188,6 +190,15 @@ class TestLaunched:
         config = json.loads(launch.command[index + 1])["slidingserve"]
         assert config["slo_margin_ms"] == 40.0
         assert json.loads(launch.env["SLIDINGSERVE_SLO_DEFAULTS"])["margin_ms"] == 40.0
+
+    def test_the_admission_guard_reaches_the_api_server(self, launches: list[Launch]) -> None:
+        with pytest.raises(LaunchedError):
+            serve("--admission-guard-ms", "120")
+        (launch,) = launches
+        assert launch.env["SLIDINGSERVE_ADMISSION_GUARD_MS"] == "120.0"
+        index = launch.command.index("--additional-config")
+        config = json.loads(launch.command[index + 1])["slidingserve"]
+        assert not [key for key in config if "guard" in key]  # the engine tests as before
 
     def test_the_server_starts_with_the_options(self, launches: list[Launch]) -> None:
         with pytest.raises(LaunchedError):

@@ -47,7 +47,8 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from slidingserve.core.queue_fit import QueuedPrefill, fits_queue
-from slidingserve.core.slo_args import REFUSED_REASON, SLODefaults, parse_slo_args
+from slidingserve.core.request import MAX_SLO_SECONDS
+from slidingserve.core.slo_args import REFUSED_REASON, SLODefaults, parse_slo_args, planned_ttft
 from slidingserve.engines.vllm.load_record import MAX_AGE, LoadRecord, QueueView
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ if TYPE_CHECKING:
 
 REFUSAL_STATUS_ENV = "SLIDINGSERVE_REFUSAL_STATUS"
 """Environment variable with the HTTP status of a refusal, for the API server."""
+ADMISSION_GUARD_ENV = "SLIDINGSERVE_ADMISSION_GUARD_MS"
+"""Environment variable with the API server's admission guard, milliseconds."""
 REFUSAL_STATUSES = (503, 429)  # the first is the default
 TEXT_SLACK = 4  # tokens a text may count beyond its bytes (BOS, EOS, a prefix space)
 
@@ -86,6 +89,7 @@ class Overload(NamedTuple):
     retry_after_s: int  # the Retry-After header, seconds, >= 1
     queued_tokens: int | None = None  # refused behind the queue: its tokens due before it
     decodes_full: bool = False  # refused because the decodes would overrun the TBT
+    guard_s: float = 0.0  # the API server's admission guard, seconds (`admission_guard`)
 
     @property
     def prefill_s(self) -> float:
@@ -103,15 +107,20 @@ class Overload(NamedTuple):
                 f"{REFUSED_REASON}: the first token would miss its deadline behind the "
                 f"requests queued, or make one queued before it late: about "
                 f"{self.prompt_tokens} prompt tokens after {self.queued_tokens} queued ahead, "
-                f"at {self.prefill_rate:.0f} tokens/s, against a TTFT of "
-                f"{self.ttft_s * 1000:g} ms"
+                f"at {self.prefill_rate:.0f} tokens/s, against a TTFT of {self._target()}"
             )
         return (
             f"{REFUSED_REASON}: the first token would miss its deadline even if the request "
             f"ran next: about {self.prompt_tokens} prompt tokens at {self.prefill_rate:.0f} "
-            f"tokens/s take {self.prefill_s * 1000:.0f} ms, over the TTFT of "
-            f"{self.ttft_s * 1000:g} ms"
+            f"tokens/s take {self.prefill_s * 1000:.0f} ms, over the TTFT of {self._target()}"
         )
+
+    def _target(self) -> str:
+        """The TTFT the request was tested against, in words."""
+        ttft = f"{self.ttft_s * 1000:g} ms"
+        if not self.guard_s:
+            return ttft
+        return f"{ttft} less the server's admission guard of {self.guard_s * 1000:g} ms"
 
 
 def refusal_status(raw: str | None) -> int:
@@ -122,6 +131,24 @@ def refusal_status(raw: str | None) -> int:
     if raw.strip() not in {str(status) for status in REFUSAL_STATUSES}:
         raise ValueError(f"{REFUSAL_STATUS_ENV}={raw!r}: the refusal status is 503 or 429")
     return int(raw)
+
+
+def admission_guard(raw: str | None) -> float:
+    """The admission guard encoded in `raw` (the value of `ADMISSION_GUARD_ENV`,
+    milliseconds), in seconds: 0 without one; ValueError for one that is not a finite number
+    of milliseconds >= 0 and at most an hour."""
+    if raw is None or not raw.strip():
+        return 0.0
+    try:
+        milliseconds = float(raw)
+    except ValueError:
+        milliseconds = math.nan
+    if not math.isfinite(milliseconds) or not 0 <= milliseconds <= MAX_SLO_SECONDS * 1000:
+        raise ValueError(
+            f"{ADMISSION_GUARD_ENV}={raw[:40]!r}: the admission guard is a number of "
+            "milliseconds from 0 to an hour"
+        )
+    return milliseconds / 1000.0
 
 
 def prompts(path: str, payload: Mapping[str, Any]) -> list[Prompt]:
@@ -239,12 +266,14 @@ async def check_overload(
     tokenizer: Tokenizer | None,
     clock: Callable[[], float] = time.time,
     let_through: LetThrough | None = None,
+    guard: float = 0.0,
 ) -> Overload | None:
     """Why the request (`path`, parsed JSON `payload` whose SLO is valid) must be refused
     given the engines' fresh `records`, or None to let it through (see the module
     docstring). Text is tokenized in a worker thread, off the event loop. `clock`: the wall
     clock the queues were published on. `let_through`: the requests let through before,
-    counted in the queues published before them, and added to when this one is."""
+    counted in the queues published before them, and added to when this one is. `guard`:
+    seconds by which the request is tested early (`admission_guard`)."""
     record = best_record(records)
     if record is None:
         return None
@@ -255,7 +284,8 @@ async def check_overload(
     if not candidates:
         return None
     queues = [r.queue for r in records if r.queue is not None]
-    budget = slo.ttft * record.prefill_rate  # tokens the TTFT leaves time for
+    # Tokens the TTFT leaves time for, tested `guard` early
+    budget = planned_ttft(slo.ttft, guard) * record.prefill_rate
     if not queues and any(most_tokens(p) <= budget for p in candidates):
         return None  # too short to be refused: not tokenized
     counts = await asyncio.to_thread(lambda: [count_tokens(p, tokenizer) for p in candidates])
@@ -263,30 +293,39 @@ async def check_overload(
         return None
     fewest = min(count for count in counts if count is not None)
     if fewest > budget:
-        return Overload(fewest, record.prefill_rate, slo.ttft, retry_after(record))
+        return Overload(fewest, record.prefill_rate, slo.ttft, retry_after(record), guard_s=guard)
     if not queues:
         return None
     passed = LetThrough() if let_through is None else let_through
-    overload = queue_overload(queues, fewest, slo.ttft, clock(), passed)
+    overload = queue_overload(queues, fewest, slo.ttft, clock(), passed, guard)
     return None if overload is None else overload._replace(retry_after_s=retry_after(record))
 
 
 def queue_overload(
-    queues: Sequence[QueueView], tokens: int, ttft: float, now: float, passed: LetThrough
+    queues: Sequence[QueueView],
+    tokens: int,
+    ttft: float,
+    now: float,
+    passed: LetThrough,
+    guard: float = 0.0,
 ) -> Overload | None:
-    """Why a request of `tokens` prompt tokens and a TTFT of `ttft` s arriving at `now`
-    fits none of the published `queues`, behind the requests `passed` since each was seen;
-    None, and the request counted in `passed`, when it fits one."""
+    """Why a request of `tokens` prompt tokens and a TTFT of `ttft` s arriving at `now`,
+    tested `guard` s early, fits none of the published `queues`, behind the requests
+    `passed` since each was seen; None, and the request counted in `passed` with its own
+    deadline, when it fits one."""
     passed.forget_before(max(min(q.seen for q in queues), now - MAX_AGE))
     behind = [passed.since(q.seen) for q in queues]
     pairs = list(zip(queues, behind, strict=True))
-    if any(fits_published(q, tokens, ttft, now, b) for q, b in pairs):
+    tested = planned_ttft(ttft, guard)
+    if any(fits_published(q, tokens, tested, now, b) for q, b in pairs):
         passed.add(now, ttft, tokens)
         return None
     queue, ahead_of_it = max(pairs, key=lambda pair: pair[0].rate)
-    ahead = tokens_ahead(queue, ttft, now, ahead_of_it)
+    ahead = tokens_ahead(queue, tested, now, ahead_of_it)
     full = all(seats_left(q, b) == 0 for q, b in pairs)
-    return Overload(tokens, queue.rate, ttft, 1, queued_tokens=ahead, decodes_full=full)
+    return Overload(
+        tokens, queue.rate, ttft, 1, queued_tokens=ahead, decodes_full=full, guard_s=guard
+    )
 
 
 def fits_published(

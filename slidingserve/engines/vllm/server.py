@@ -29,7 +29,12 @@ from slidingserve.core.slo_args import DEFAULT_SLO
 from slidingserve.engines.vllm.context import check_policy
 from slidingserve.engines.vllm.health import LOG_INTERVAL, MULTIPROC_ENV
 from slidingserve.engines.vllm.load_record import LOAD_DIR_ENV
-from slidingserve.engines.vllm.overload import REFUSAL_STATUS_ENV, REFUSAL_STATUSES
+from slidingserve.engines.vllm.overload import (
+    ADMISSION_GUARD_ENV,
+    REFUSAL_STATUS_ENV,
+    REFUSAL_STATUSES,
+    admission_guard,
+)
 from slidingserve.engines.vllm.runtime import (
     CPU_ENGINE_DEFAULTS,
     CPU_ENGINE_LIMITS,
@@ -226,13 +231,15 @@ def server_environment(
     metrics_dir: str | os.PathLike[str] | None = None,
     load_dir: str | os.PathLike[str] | None = None,
     refusal_status: int = REFUSAL_STATUSES[0],
+    admission_guard_ms: float = 0.0,
     vllm_args: Sequence[str] = (),
 ) -> dict[str, str]:
     """The server's whole environment: `base` (default `os.environ`), the engine's settings,
     the default SLO and the SLO margin for the request validator and the admission check
     (the margin given to `server_command`) and, with a `load_dir` (the one given to
-    `server_command`), where the API server reads the engine cores' load and the status it
-    answers a request they cannot serve in time with (`refusal_status`, 503 or 429).
+    `server_command`), where the API server reads the engine cores' load, the status it
+    answers a request they cannot serve in time with (`refusal_status`, 503 or 429) and how
+    far ahead of its deadline it tests each request (`admission_guard_ms`, milliseconds).
 
     `metrics_dir`, an empty folder, puts Prometheus in multiprocess mode
     (`PROMETHEUS_MULTIPROC_DIR`): the adapter's health counters, counted in the engine core
@@ -248,6 +255,8 @@ def server_environment(
     if load_dir is not None:
         env[LOAD_DIR_ENV] = os.path.abspath(load_dir)
         env[REFUSAL_STATUS_ENV] = str(check_refusal_status(refusal_status))
+        env[ADMISSION_GUARD_ENV] = repr(float(admission_guard_ms))
+        admission_guard(env[ADMISSION_GUARD_ENV])  # ValueError for a bad guard
     binding = default_thread_binding(parallel_ranks(vllm_args), env)
     if binding is not None:
         env[OMP_BIND_ENV] = binding
@@ -271,12 +280,14 @@ def run_server(
     predictor: str | None = None,
     policy_options: Mapping[str, Any] | None = None,
     refusal_status: int = REFUSAL_STATUSES[0],
+    admission_guard_ms: float = 0.0,
     extra_vllm_args: Sequence[str] = (),
     **options: Any,
 ) -> NoReturn:
     """Replace this process with the server of `server_command(model, policy, ...)`, its
     engine cores publishing their load in a new temporary folder (`load_dir`) for the API
-    server's admission check, which answers with `refusal_status`.
+    server's admission check, which answers with `refusal_status` and tests each request
+    `admission_guard_ms` ahead of its deadline.
 
     Checks first, so that a mistake is reported before vLLM starts: the settings
     (`ValueError`), the policy built with its options from the predictor file as the engine
@@ -301,6 +312,7 @@ def run_server(
 
     command(None)  # checks the settings before any folder is made
     check_refusal_status(refusal_status)
+    admission_guard(repr(float(admission_guard_ms)))  # ValueError for a bad guard
     check_policy(policy, policy_options or {}, predictor, CPU_ENGINE_LIMITS)
     check_async_support(extra_vllm_args)
     require_vllm()
@@ -313,6 +325,7 @@ def run_server(
         metrics_dir=metrics,
         load_dir=load_dir,
         refusal_status=refusal_status,
+        admission_guard_ms=admission_guard_ms,
         vllm_args=extra_vllm_args,
     )
     argv = command(load_dir)

@@ -62,10 +62,12 @@ from slidingserve.core.slo_args import (
 )
 from slidingserve.engines.vllm.load_record import LOAD_DIR_ENV, LoadRecord, read_records
 from slidingserve.engines.vllm.overload import (
+    ADMISSION_GUARD_ENV,
     REFUSAL_STATUS_ENV,
     LetThrough,
     Overload,
     Tokenizer,
+    admission_guard,
     best_record,
     check_overload,
     overload_response,
@@ -229,8 +231,9 @@ async def _overload(
     defaults = slo_defaults(os.environ.get(SLO_DEFAULTS_ENV))
     tokenizer = served_tokenizer(request)
     path = request.url.path
+    guard = admission_guard(os.environ.get(ADMISSION_GUARD_ENV))
     return await check_overload(
-        path, payload, records, defaults, tokenizer, let_through=LET_THROUGH
+        path, payload, records, defaults, tokenizer, let_through=LET_THROUGH, guard=guard
     )
 
 

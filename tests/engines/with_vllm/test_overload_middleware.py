@@ -29,7 +29,7 @@ from slidingserve.engines.vllm.load_record import (
     record_path,
     write_record,
 )
-from slidingserve.engines.vllm.overload import REFUSAL_STATUS_ENV, LetThrough
+from slidingserve.engines.vllm.overload import ADMISSION_GUARD_ENV, REFUSAL_STATUS_ENV, LetThrough
 from slidingserve.engines.vllm.runtime import SLO_DEFAULTS_ENV
 from slidingserve.engines.vllm.validation import slo_middleware
 
@@ -134,6 +134,17 @@ def test_a_request_that_fits_reaches_the_endpoint(
     response = client.post(path, json=body(path, stream, tokens=90))
     assert response.status_code == 200
     assert response.text.startswith("data:" if stream else "{")
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_the_admission_guard_refuses_what_fits_only_without_it(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, path: str
+) -> None:
+    publish(tmp_path)
+    monkeypatch.setenv(ADMISSION_GUARD_ENV, "20")  # read at each request
+    response = client.post(path, json=body(path, False, tokens=90))  # 90 ms of 100
+    assert response.status_code == 503
+    assert "admission guard of 20 ms" in response.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("case", ["stale", "missing", "corrupt"])
