@@ -133,6 +133,7 @@ class TestQueueAdmission:
         fresh = make_request("fresh", arrival=0.005, prompt=10, output=2, ttft=2.0)
         later, _ = make_view(now=0.01, waiting=[*queued, fresh])
         policy.schedule(later)
+        assert isinstance(policy, ControlsAdmission)
         published = policy.admission_queue()
         assert published is not None
         # Three decodes of 3,000 tokens leave 40 ms − 0.3 ms of a 50 ms TBT: 397 tokens,
