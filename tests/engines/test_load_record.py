@@ -23,7 +23,7 @@ from slidingserve.engines.vllm.load_record import (
 MALFORMED_QUEUES: list[object] = [
     [],
     {"seen": 1e3, "rate": 5e3},
-    {"seen": 1e3, "rate": 0, "entries": []},
+    {"seen": 1e3, "rate": -1, "entries": []},
     {"seen": 1e3, "rate": 5e3, "entries": [[0.5]]},
     {"seen": 1e3, "rate": 5e3, "entries": [[0.5, -3]]},
     {"seen": 1e3, "rate": 5e3, "entries": [], "decode_seats": -1},
@@ -87,6 +87,13 @@ class TestFile:
         path = record_path(tmp_path, 0)
         queue = QueueView(999.5, 4000.0, ((0.25, 300), (1.5, 1200)), decode_seats=3)
         record = LoadRecord(1000.0, 5000.0, 0.4, queue)
+        write_record(path, record)
+        assert read_record(path, now=1000.0) == record
+
+    def test_a_queue_at_a_rate_of_zero_reads_back(self, tmp_path: Path) -> None:
+        # The decodes alone fill the TBT: nothing fits, which the API server must hear.
+        path = record_path(tmp_path, 0)
+        record = LoadRecord(1000.0, 5000.0, 0.4, QueueView(999.5, 0.0, ((0.25, 300),), 0))
         write_record(path, record)
         assert read_record(path, now=1000.0) == record
 

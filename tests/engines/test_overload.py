@@ -206,6 +206,11 @@ class TestQueueDecision:
         assert check({"prompt": [1] * 300}, records=[record]) is None
         assert check({"prompt": [1] * 300}, records=[record], now=-0.4) is not None
 
+    def test_nothing_fits_a_queue_at_a_rate_of_zero(self) -> None:
+        stalled = LoadRecord(0.0, RATE, 0.0, QueueView(0.0, 0.0, ()))
+        overload = check({"prompt": [1] * 10}, records=[stalled])
+        assert overload is not None and overload.queued_tokens == 0
+
     def test_a_request_that_fits_one_engine_is_let_through(self) -> None:
         full, empty = queued((0.9, 950)), queued()
         assert check({"prompt": [1] * 300}, records=[full]) is not None

@@ -100,8 +100,12 @@ class TestRefusedBeforeLaunch:
             (["--tbt-ms", "0"], "tbt must be positive"),
             (["--slo-margin-ms", "-1"], "the SLO margin must be a finite number"),
             (["--slo-margin-ms", "nan"], "the SLO margin must be a finite number"),
-            (["--admission-guard-ms", "-1"], "the admission guard is a number of milliseconds"),
-            (["--admission-guard-ms", "inf"], "the admission guard is a number of milliseconds"),
+            (["--admission-guard-ms", "-1"], "--admission-guard-ms must be a finite number"),
+            (["--admission-guard-ms", "inf"], "--admission-guard-ms must be a finite number"),
+            (
+                ["--ttft-ms", "500", "--slo-margin-ms", "100", "--admission-guard-ms", "400"],
+                "must be under the default TTFT less the SLO margin, 400 ms",
+            ),
             (["--predictor", "/nonexistent/predictor.json"], "does not exist"),
         ],
     )

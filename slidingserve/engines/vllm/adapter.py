@@ -199,9 +199,10 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
 
     def _queue_view(self) -> QueueView | None:
         """The queue the policy's queue-aware admission test saw this step, on the wall
-        clock, for the API server to test new requests against (None without that test)."""
+        clock, for the API server to test new requests against (None without that test). A
+        rate of 0 (the decodes alone fill the TBT) is published too: nothing fits it."""
         seen = self.admission.admission_queue() if self.admission is not None else None
-        if seen is None or not seen.rate > 0:
+        if seen is None or not seen.rate >= 0:
             return None
         entries = tuple(seen.relative()[:MAX_QUEUE_ENTRIES])
         return QueueView(time.time(), seen.rate, entries, seen.decode_seats)

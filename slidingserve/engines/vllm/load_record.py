@@ -50,14 +50,14 @@ class QueueView:
     """The queue a queue-aware admission test saw (`core/queue_fit.py`), on the wall clock."""
 
     seen: float  # wall-clock time the engine saw it (`time.time()`), seconds
-    rate: float  # prefill tokens per second the test assumes, > 0
+    rate: float  # prefill tokens per second the test assumes, >= 0 (0: nothing fits)
     # (seconds from `seen` to the first token's deadline, prefill tokens left), by deadline;
     # at most `MAX_QUEUE_ENTRIES`, the earliest deadlines
     entries: tuple[tuple[float, int], ...]
     decode_seats: int | None = None  # new requests the decodes can take; None: not tested
 
     def is_valid(self) -> bool:
-        finite = math.isfinite(self.seen) and math.isfinite(self.rate) and self.rate > 0
+        finite = math.isfinite(self.seen) and math.isfinite(self.rate) and self.rate >= 0
         seats = self.decode_seats is None or self.decode_seats >= 0
         return (
             finite

@@ -6,7 +6,8 @@ whole prompt, alone, at the prefill rate the engine core publishes (`load_record
 takes longer than the request's TTFT. Made on arrival, before the request reached the
 engine, it refuses only what the engine would refuse at its first step (the engine's clock
 has moved on by then, the deadline has not), provided the prompt is not over-counted, so
-the prompt's length is a low estimate:
+the prompt's length is a low estimate (and unless the server has an admission guard,
+below):
 
 - a completion's prompt of token ids: their number, exactly;
 - text (a completion's prompt, the text parts of a chat's messages): counted with the
@@ -23,6 +24,12 @@ With the queue-aware test (`admission_test=queue`) the engine also publishes its
 and a request fits when it fits that queue (`core/queue_fit.py`) behind the requests this
 API server let through since the queue was seen (`LetThrough`), with a decode seat left
 for it.
+
+An admission guard (`serve --admission-guard-ms`, `ADMISSION_GUARD_ENV`) tests each request
+as if its deadline came that much earlier, so that the API server also refuses what would
+finish within the guard of its deadline: what the engine, whose queue moves on between
+two records, would otherwise refuse itself a step later. A request let through is still
+counted in `LetThrough` with its own deadline.
 
 Protected requests are never refused (the engine keeps them too). With no fresh record
 (admission control off, the engine core not started, stopped or hung) nothing is refused:
@@ -104,16 +111,22 @@ class Overload(NamedTuple):
             )
         if self.queued_tokens is not None:
             return (
-                f"{REFUSED_REASON}: the first token would miss its deadline behind the "
+                f"{REFUSED_REASON}: the first token would {self._miss()} behind the "
                 f"requests queued, or make one queued before it late: about "
                 f"{self.prompt_tokens} prompt tokens after {self.queued_tokens} queued ahead, "
                 f"at {self.prefill_rate:.0f} tokens/s, against a TTFT of {self._target()}"
             )
         return (
-            f"{REFUSED_REASON}: the first token would miss its deadline even if the request "
+            f"{REFUSED_REASON}: the first token would {self._miss()} even if the request "
             f"ran next: about {self.prompt_tokens} prompt tokens at {self.prefill_rate:.0f} "
             f"tokens/s take {self.prefill_s * 1000:.0f} ms, over the TTFT of {self._target()}"
         )
+
+    def _miss(self) -> str:
+        """How the first token would fail its deadline, in words."""
+        if not self.guard_s:
+            return "miss its deadline"
+        return "come within the server's admission guard of its deadline, or after it,"
 
     def _target(self) -> str:
         """The TTFT the request was tested against, in words."""
@@ -143,12 +156,17 @@ def admission_guard(raw: str | None) -> float:
         milliseconds = float(raw)
     except ValueError:
         milliseconds = math.nan
-    if not math.isfinite(milliseconds) or not 0 <= milliseconds <= MAX_SLO_SECONDS * 1000:
+    if not is_guard(milliseconds):
         raise ValueError(
             f"{ADMISSION_GUARD_ENV}={raw[:40]!r}: the admission guard is a number of "
             "milliseconds from 0 to an hour"
         )
     return milliseconds / 1000.0
+
+
+def is_guard(milliseconds: float) -> bool:
+    """Whether `milliseconds` can be an admission guard: finite, from 0 to an hour."""
+    return math.isfinite(milliseconds) and 0 <= milliseconds <= MAX_SLO_SECONDS * 1000
 
 
 def prompts(path: str, payload: Mapping[str, Any]) -> list[Prompt]:

@@ -33,7 +33,7 @@ from slidingserve.engines.vllm.overload import (
     ADMISSION_GUARD_ENV,
     REFUSAL_STATUS_ENV,
     REFUSAL_STATUSES,
-    admission_guard,
+    is_guard,
 )
 from slidingserve.engines.vllm.runtime import (
     CPU_ENGINE_DEFAULTS,
@@ -255,12 +255,33 @@ def server_environment(
     if load_dir is not None:
         env[LOAD_DIR_ENV] = os.path.abspath(load_dir)
         env[REFUSAL_STATUS_ENV] = str(check_refusal_status(refusal_status))
-        env[ADMISSION_GUARD_ENV] = repr(float(admission_guard_ms))
-        admission_guard(env[ADMISSION_GUARD_ENV])  # ValueError for a bad guard
+        guard = check_admission_guard(admission_guard_ms, ttft_ms, slo_margin_ms)
+        env[ADMISSION_GUARD_ENV] = repr(guard)
     binding = default_thread_binding(parallel_ranks(vllm_args), env)
     if binding is not None:
         env[OMP_BIND_ENV] = binding
     return env
+
+
+def check_admission_guard(
+    guard_ms: float, ttft_ms: float = DEFAULT_SLO.ttft_ms, margin_ms: float = 0.0
+) -> float:
+    """`guard_ms` as a float if it can be the API server's admission guard (a finite number
+    of milliseconds >= 0, under the default TTFT less the SLO margin: a longer one refuses
+    every request that gives no TTFT of its own), else ValueError."""
+    guard = float(guard_ms)
+    if not is_guard(guard):
+        raise ValueError(
+            f"--admission-guard-ms must be a finite number of milliseconds from 0 to an hour, "
+            f"got {guard_ms!r}"
+        )
+    if guard and guard >= ttft_ms - margin_ms:
+        raise ValueError(
+            f"--admission-guard-ms {guard:g} must be under the default TTFT less the SLO "
+            f"margin, {ttft_ms - margin_ms:g} ms: every request without a TTFT of its own "
+            "would be refused"
+        )
+    return guard
 
 
 def check_refusal_status(status: int) -> int:
@@ -312,7 +333,7 @@ def run_server(
 
     command(None)  # checks the settings before any folder is made
     check_refusal_status(refusal_status)
-    admission_guard(repr(float(admission_guard_ms)))  # ValueError for a bad guard
+    check_admission_guard(admission_guard_ms, ttft_ms, slo_margin_ms)
     check_policy(policy, policy_options or {}, predictor, CPU_ENGINE_LIMITS)
     check_async_support(extra_vllm_args)
     require_vllm()

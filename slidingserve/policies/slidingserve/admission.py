@@ -108,7 +108,8 @@ class StepOverhead:
         one observed ended: one present now that had arrived by then. Without any it sat
         idle until an arrival, and the gap to the next iteration is not overhead (a gap
         the length of a pause in the traffic would otherwise stand for seconds of overhead
-        a step, and refuse every request that follows)."""
+        a step, and refuse every request that follows). A request that ended or was
+        aborted since that step is not seen: the gap then goes uncounted, the safe side."""
         previous = self._previous
         if previous is None:
             return

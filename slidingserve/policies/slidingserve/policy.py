@@ -322,7 +322,8 @@ class SlidingServePolicy(Policy):
         started. A request admitted waits for the requests ahead of it, which decode
         meanwhile and slow the prefill, as a rate observed before they started does not
         tell: at the start of a burst the test then admits what the engine gives up and
-        refuses seconds later (docs/vllm.md, section 5.1)."""
+        refuses seconds later (docs/vllm.md, section 5.1). The requests that arrive
+        together are tested at one rate: those admitted at this step count at the next."""
         observed = (
             self.rate.value
             if self.triage is None

@@ -76,10 +76,11 @@ def test_a_gap_after_the_last_request_finished_is_idleness_not_overhead() -> Non
     assert overhead.seconds == 0.0 and overhead.model_share == 1.0
 
 
-def test_a_gap_while_a_request_waited_is_overhead() -> None:
+@pytest.mark.parametrize("queue", ["waiting", "running"])
+def test_a_gap_while_a_request_was_there_is_overhead(queue: str) -> None:
     overhead = StepOverhead()
     overhead.observe(record(0.0, 0.040, decodes=4))
-    waited = make_request("waited", arrival=0.01)  # arrived during the step, still there
-    overhead.note_view(make_view(now=0.050, waiting=[waited])[0])
+    present = make_request("present", arrival=0.01, computed=100 if queue == "running" else 0)
+    overhead.note_view(make_view(now=0.050, **{queue: [present]})[0])
     overhead.observe(record(0.050, 0.040, decodes=4))
     assert overhead.seconds == pytest.approx(0.1 * 0.010)
