@@ -81,6 +81,10 @@ def test_a_gap_while_a_request_was_there_is_overhead(queue: str) -> None:
     overhead = StepOverhead()
     overhead.observe(record(0.0, 0.040, decodes=4))
     present = make_request("present", arrival=0.01, computed=100 if queue == "running" else 0)
-    overhead.note_view(make_view(now=0.050, **{queue: [present]})[0])
+    if queue == "running":
+        view, _ = make_view(now=0.050, running=[present])
+    else:
+        view, _ = make_view(now=0.050, waiting=[present])
+    overhead.note_view(view)
     overhead.observe(record(0.050, 0.040, decodes=4))
     assert overhead.seconds == pytest.approx(0.1 * 0.010)
