@@ -349,7 +349,11 @@ def run_server(
         admission_guard_ms=admission_guard_ms,
         vllm_args=extra_vllm_args,
     )
-    argv = command(load_dir)
+    become(command(load_dir), env)
+
+
+def become(argv: list[str], env: Mapping[str, str]) -> NoReturn:
+    """Replace this process with `argv` in `env`, this process's output flushed first."""
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(argv[0], argv, env)
