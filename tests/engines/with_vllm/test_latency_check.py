@@ -37,5 +37,8 @@ def test_live_and_simulated_latencies_side_by_side(
     ]  # fmt: skip
     assert len(simulated) == 2 * len(live)  # two noise draws of each trial
     for row in live + simulated:
-        assert 0 < row["ttft_p50"] <= row["ttft_p99"] and row["tpot_p50"] > 0
-        assert 0 <= row["violating"] <= 1
+        assert 0 < row["ttft_p50"] <= row["ttft_p99"] and 0 <= row["violating"] <= 1
+    # A live server the machine stalls can stream a request's tokens in one chunk, and its
+    # TPOT is then 0, as vLLM's benchmark reads it; the twin's decode steps always take time.
+    assert all(row["tpot_p50"] >= 0 for row in live)
+    assert all(row["tpot_p50"] > 0 for row in simulated)
