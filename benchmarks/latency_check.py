@@ -147,7 +147,7 @@ def table(live: list[Row], simulated: list[Row], policies: list[str]) -> str:
             field = f"{metric}_{quantile}"
             measured = _median(live, policy, field)
             predicted = _median(simulated, policy, field)
-            error = f"{100 * (predicted / measured - 1):+.0f}%"
+            error = f"{100 * (predicted / measured - 1):+.0f}%" if measured > 0 else "n/a"
             line += f"{1000 * measured:>10.0f} / {1000 * predicted:<5.0f}{error:>7}"
         shares = [_mean(rows, policy, "violating") for rows in (live, simulated)]
         lines.append(line + f"{100 * shares[0]:>15.1f}% / {100 * shares[1]:.1f}%")
