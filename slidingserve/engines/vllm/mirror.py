@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from slidingserve.core.batch import BatchShape
-from slidingserve.core.request import SLO, Phase, Request
+from slidingserve.core.request import DECODING, FINISHED, PREFILLING, SLO, WAITING, Request
 from slidingserve.core.view import SchedulerView
 
 if TYPE_CHECKING:
@@ -68,13 +68,8 @@ class RequestMirror:
 
     def sync(self, request: EngineRequest, waiting: bool) -> Request | None:
         """Copy the engine's progress into the mirror; None for an unknown request."""
-        mirror = self._mirrors.get(request.request_id)
-        if mirror is None:
-            return None
-        mirror.num_computed = request.num_computed_tokens
-        mirror.num_generated = num_generated(request)
-        mirror.phase = phase_of(request, waiting)
-        return mirror
+        synced = self._synced((request,), waiting)
+        return synced[0] if synced else None
 
     def view(
         self,
@@ -91,7 +86,32 @@ class RequestMirror:
         return SchedulerView.from_queues(now, waiting_mirrors, running_mirrors, limits, kv)
 
     def _synced(self, requests: Iterable[EngineRequest], waiting: bool) -> list[Request]:
-        return [m for r in requests if (m := self.sync(r, waiting)) is not None]
+        """The mirrors of `requests` that have one, each synced: its computed tokens, its
+        output tokens counting those in flight (async scheduling), and its phase: waiting
+        (nothing cached, or preempted), finished (its tokens in flight are its last),
+        decoding (one token to feed) or prefilling. One loop without a call per request:
+        it runs over every request in the engine at every step."""
+        mirrors = self._mirrors
+        synced: list[Request] = []
+        for request in requests:
+            mirror = mirrors.get(request.request_id)
+            if mirror is None:
+                continue
+            computed = request.num_computed_tokens
+            in_flight = request.num_output_placeholders
+            generated = request.num_output_tokens + in_flight
+            mirror.num_computed = computed
+            mirror.num_generated = generated
+            if waiting:
+                mirror.phase = WAITING
+            elif in_flight and generated >= request.max_tokens:
+                mirror.phase = FINISHED
+            elif generated > 0 and request.num_tokens + in_flight - computed <= 1:
+                mirror.phase = DECODING
+            else:
+                mirror.phase = PREFILLING
+            synced.append(mirror)
+        return synced
 
     def batch(self, scheduled: Mapping[str, int]) -> BatchShape:
         """The batch of `scheduled` (request id: tokens), by phase as the mirrors saw it when
@@ -132,21 +152,3 @@ class RequestMirror:
 
     def __len__(self) -> int:
         return len(self._mirrors)
-
-
-def num_generated(request: EngineRequest) -> int:
-    """Output tokens the request has, counting those in flight (async scheduling)."""
-    return request.num_output_tokens + request.num_output_placeholders
-
-
-def phase_of(request: EngineRequest, waiting: bool) -> Phase:
-    """Waiting (nothing cached, or preempted), finished (its tokens in flight are its last),
-    decoding (one token to feed), or prefilling."""
-    if waiting:
-        return Phase.WAITING
-    if request.num_output_placeholders and num_generated(request) >= request.max_tokens:
-        return Phase.FINISHED
-    left = request.num_tokens + request.num_output_placeholders - request.num_computed_tokens
-    if num_generated(request) > 0 and left <= 1:
-        return Phase.DECODING
-    return Phase.PREFILLING
