@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import vllm
+from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request as EngineRequestType
@@ -104,7 +105,8 @@ class VllmKV:
     def held(self, request: Any) -> int:
         if request.phase is Phase.WAITING:
             return self._hits.shared_blocks(request.request_id)
-        return len(self._scheduler.kv_cache_manager.get_block_ids(request.request_id)[0])
+        # The blocks of its first group, as `get_block_ids` lists them, without the lists
+        return len(self._scheduler.kv_cache_manager.coordinator.get_blocks(request.request_id)[0])
 
 
 @runtime_checkable
@@ -147,7 +149,7 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         if self.settings.online_learning:
             self.learner.start()
         self.mirror = RequestMirror()
-        self.prefix_hits = PrefixHits()  # the waiting requests' hits, during a plan
+        self.prefix_hits = PrefixHits(cache_key)  # the waiting requests' hits, during a plan
         self.kv_view = VllmKV(self, self.prefix_hits)
         self.imposer = PlanImposer(self, budget)
         self.timer = StepTimer(
@@ -227,6 +229,7 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
             "tracked_requests": len(self.mirror),
             "imposer_caps": self.imposer.num_caps,
             "refusals_pending": len(self.refusals),
+            "remembered_hits": len(self.prefix_hits.memo),
             **self.timer.sizes(),
             "learner_samples": self.learner.num_samples,
             "policy_decisions": len(decisions),
@@ -249,6 +252,8 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
     def finish_requests(self, request_ids: str | Iterable[str] | None, finished_status: Any) -> Any:
         finished = super().finish_requests(request_ids, finished_status)
         self.mirror.forget_all_but(set(self.requests))
+        if not self.requests:
+            self.prefix_hits.memo.forget()
         self.health.state_changed()
         return finished
 
@@ -331,6 +336,7 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         self.mirror.forget_all_but(set(self.requests))
         if not self.has_unfinished_requests():
             self.timer.engine_idle()
+            self.prefix_hits.memo.forget()
             self._save_periods()
         self.health.state_changed()
         return result
@@ -376,6 +382,11 @@ class SlidingServeAsyncScheduler(SlidingServeScheduler, AsyncScheduler):  # type
         if reason is not None:
             raise ValueError(reason)
         super().__init__(*args, **kwargs)
+
+
+def cache_key(block_hash: bytes) -> bytes:
+    """A block hash's key in vLLM's prefix-cache map: the one KV cache group, 0."""
+    return bytes(make_block_hash_with_group_id(block_hash, 0))
 
 
 def vllm_config_of(args: Sequence[Any], kwargs: dict[str, Any]) -> Any:

@@ -77,6 +77,8 @@ STATE_HELP = {
     "tracked_requests": "Requests the SlidingServe adapter mirrors (0 when the engine is idle).",
     "imposer_caps": "Per-request token caps of the plan being imposed (0 between steps).",
     "refusals_pending": "Refused requests whose clients are not told yet (0 between steps).",
+    "remembered_hits": "Waiting requests whose prefix-cache hit the adapter remembers (0 when "
+    "the engine is idle).",
     "timed_steps": "Timed model steps the adapter keeps (bounded).",
     "step_periods": "Engine step periods the adapter keeps for its steps file (bounded).",
     "step_timings": "Per-step scheduling times the adapter keeps (bounded).",

@@ -16,22 +16,41 @@ request starts, so `VllmKV.held` counts only the former for a waiting request. A
 earlier in the same step can still evict a hit read here (vLLM then computes fewer tokens
 than planned: a plan mismatch, counted); a request that holds KV already (a KV transfer)
 is left as it is.
+
+**Remembered hits.** A lookup walks the request's block hashes through vLLM's coordinator,
+a few microseconds a block, and every waiting request is looked up at every step: with
+hundreds waiting it was most of the adapter's time. With one full-attention KV cache group
+(`UnitaryKVCacheCoordinator`, no decode context parallelism), the lookup reads only the
+cache entries of the request's first ⌊(tokens − 1)/block size⌋ block hashes, so its answer
+stands until one of those entries changes. `HitMemo` records the keys the cache inserts or
+pops between two reads (through the cache map's own `insert` and `pop`, the only ways
+vLLM 0.32 changes it) and looks a request up again only when one of its keys changed, its
+tokens changed, or the map was replaced (`reset_prefix_cache`); otherwise it returns the
+same hit, the same blocks. Other cache layouts are looked up at every step, as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 
 class Hit(NamedTuple):
-    """A waiting request's hit: tokens found, and how many of its blocks are held."""
+    """A waiting request's hit: tokens found, and its blocks (vLLM's, of the one group)."""
 
     tokens: int
-    shared_blocks: int
+    blocks: Sequence[Any]
+
+    @property
+    def shared_blocks(self) -> int:
+        """Blocks of the hit that running requests hold now."""
+        return sum(1 for block in self.blocks if block.ref_cnt > 0)
 
 
-NO_HIT = Hit(0, 0)
+NO_HIT = Hit(0, ())
+
+KeyOf = Callable[[bytes], bytes]
+"""A block hash to its key in vLLM's cache map (group 0): `make_block_hash_with_group_id`."""
 
 
 def find_hit(kv_cache_manager: Any, request: Any) -> Hit:
@@ -43,27 +62,128 @@ def find_hit(kv_cache_manager: Any, request: Any) -> Hit:
     )
     if not tokens:
         return NO_HIT
-    return Hit(int(tokens), sum(1 for block in blocks[0] if block.ref_cnt > 0))
+    return Hit(int(tokens), blocks[0])
+
+
+def remembers_hits(coordinator: Any) -> bool:
+    """Whether a lookup through `coordinator` reads only the entries of the request's
+    leading block hashes, one group, one block size (module docstring)."""
+    managers: Sequence[Any] = getattr(coordinator, "single_type_managers", ())
+    return (
+        type(coordinator).__name__ == "UnitaryKVCacheCoordinator"
+        and len(managers) == 1
+        and type(managers[0]).__name__ == "FullAttentionManager"
+        and getattr(coordinator, "dcp_world_size", 1) == 1
+        and coordinator.block_size == coordinator.block_pool.hash_block_size
+    )
+
+
+class _Remembered(NamedTuple):
+    stamp: tuple[int, int]  # the request's tokens and block hashes when looked up
+    keys: tuple[bytes, ...]  # the cache keys its lookup could read
+    hit: Hit
+
+
+class HitMemo:
+    """`find_hit`, remembered per request until the cache changes under it (module
+    docstring); `key_of` gives a block hash's key in the cache map."""
+
+    def __init__(self, key_of: KeyOf) -> None:
+        self._key_of = key_of
+        self._map: Any = None  # the cache map watched (vLLM's `cached_block_hash_to_block`)
+        self._changed: set[bytes] = set()  # its keys inserted or popped since the last read
+        self._remembered: dict[str, _Remembered] = {}
+        self.lookups = 0  # lookups made through vLLM, for tests and benchmarks
+
+    def hits(self, kv_cache_manager: Any, waiting: Iterable[Any]) -> dict[str, Hit]:
+        """The hit of each of `waiting` (vLLM's requests) that has one, by id."""
+        coordinator = kv_cache_manager.coordinator
+        if not remembers_hits(coordinator):
+            self.forget()
+            return self._looked_up(kv_cache_manager, waiting)
+        self._watch(coordinator.block_pool.cached_block_hash_to_block)
+        block_size = coordinator.block_size
+        before, changed = self._remembered, self._changed
+        remembered: dict[str, _Remembered] = {}
+        found: dict[str, Hit] = {}
+        for request in waiting:
+            if request.num_computed_tokens or not kv_cache_manager.prefix_cache_lookup_enabled(
+                request
+            ):
+                continue
+            stamp = (request.num_tokens, len(request.block_hashes))
+            entry = before.get(request.request_id)
+            if entry is None or entry.stamp != stamp or not changed.isdisjoint(entry.keys):
+                entry = self._look_up(kv_cache_manager, request, stamp, block_size)
+            remembered[request.request_id] = entry
+            if entry.hit.tokens:
+                found[request.request_id] = entry.hit
+        self._remembered = remembered  # a request not read now is looked up when it waits
+        changed.clear()
+        return found
+
+    def _look_up(
+        self, kv_cache_manager: Any, request: Any, stamp: tuple[int, int], block_size: int
+    ) -> _Remembered:
+        self.lookups += 1
+        probed = request.block_hashes[: (request.num_tokens - 1) // block_size]
+        keys = tuple(self._key_of(block_hash) for block_hash in probed)
+        return _Remembered(stamp, keys, find_hit(kv_cache_manager, request))
+
+    def _looked_up(self, kv_cache_manager: Any, waiting: Iterable[Any]) -> dict[str, Hit]:
+        found: dict[str, Hit] = {}
+        for request in waiting:
+            self.lookups += 1
+            if (hit := find_hit(kv_cache_manager, request)).tokens:
+                found[request.request_id] = hit
+        return found
+
+    def _watch(self, cache_map: Any) -> None:
+        """Record the keys `cache_map` inserts and pops; a new map (the prefix cache was
+        reset) makes every remembered hit stale."""
+        if cache_map is self._map:
+            return
+        self.forget()
+        self._map = cache_map
+        changed = self._changed
+        insert, pop = cache_map.insert, cache_map.pop
+
+        def recording_insert(key: bytes, block: Any) -> None:
+            changed.add(key)
+            insert(key, block)
+
+        def recording_pop(key: bytes, block_id: int) -> Any:
+            changed.add(key)
+            return pop(key, block_id)
+
+        cache_map.insert = recording_insert
+        cache_map.pop = recording_pop
+
+    def forget(self) -> None:
+        """Remember nothing (the engine holds no request)."""
+        self._remembered = {}
+        self._changed.clear()
+
+    def __len__(self) -> int:
+        return len(self._remembered)
 
 
 class PrefixHits:
     """The hits of the requests waiting at the latest plan, by request id."""
 
-    def __init__(self) -> None:
+    def __init__(self, key_of: KeyOf) -> None:
         self._hits: dict[str, Hit] = {}
+        self.memo = HitMemo(key_of)
 
     def read(self, kv_cache_manager: Any, waiting: Iterable[Any]) -> dict[str, int]:
         """Find the hit of each of `waiting` (vLLM's requests); their tokens by id, for
         the requests that have one."""
-        self._hits = {
-            request.request_id: hit
-            for request in waiting
-            if (hit := find_hit(kv_cache_manager, request)).tokens
-        }
+        self._hits = self.memo.hits(kv_cache_manager, waiting)
         return {request_id: hit.tokens for request_id, hit in self._hits.items()}
 
     def clear(self) -> None:
-        """Forget the hits (after vLLM scheduled the step they were read for)."""
+        """Forget the hits (after vLLM scheduled the step they were read for); the memo
+        keeps them for the next read."""
         self._hits = {}
 
     def shared_blocks(self, request_id: str) -> int:

@@ -491,7 +491,7 @@ def test_garbage_step_times_are_dropped_and_shown(tmp_path: Path) -> None:
     assert scheduler.learner.num_samples == 0
 
 
-PER_REQUEST = ("tracked_requests", "imposer_caps", "refusals_pending")
+PER_REQUEST = ("tracked_requests", "imposer_caps", "refusals_pending", "remembered_hits")
 
 
 def test_an_abort_storm_leaves_no_request_state_behind(
