@@ -73,9 +73,9 @@ def test_remembered_hits_are_vllm_s_own_at_every_step(tmp_path: Path, policy: st
     list(steps(scheduler, limit=1000))
     assert not scheduler.has_requests()
     memo = scheduler.prefix_hits.memo
-    assert counts["compared"] > 1000
+    assert counts["compared"] > 10_000
     assert memo.lookups < counts["compared"] / 2  # most reads were remembered...
-    assert counts["evicted"] > 100  # ...while the cache evicted blocks others hit
+    assert counts["evicted"] > 500  # ...while the cache evicted blocks others hit
     assert scheduler.health.counts.prefix_hit_tokens > 0
     assert scheduler.state_sizes()["remembered_hits"] == 0  # idle: nothing kept
 
