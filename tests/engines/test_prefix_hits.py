@@ -213,3 +213,28 @@ def test_shared_blocks_count_the_hit_blocks_held_when_asked() -> None:
     assert hits.shared_blocks("r") == 2 and hits.shared_blocks("unknown") == 0
     hits.clear()
     assert hits.shared_blocks("r") == 0 and len(hits) == 0
+
+
+class SlottedMap:
+    """A map whose methods cannot be replaced on the instance."""
+
+    __slots__ = ("cache",)
+
+    def __init__(self) -> None:
+        self.cache: dict[bytes, Block] = {}
+
+    def insert(self, key: bytes, block: Block) -> None:
+        self.cache[key] = block
+
+    def pop(self, key: bytes, block_id: int) -> Block | None:
+        return self.cache.pop(key, None)
+
+
+def test_a_map_that_cannot_be_watched_is_looked_up_at_every_read() -> None:
+    pool, manager, memo = setup()
+    pool.cached_block_hash_to_block = SlottedMap()
+    cached(pool, hashes("a", 2))
+    request = EngineRequest("r", hashes("a", 3), num_tokens=13)
+    for _ in range(2):
+        assert memo.hits(manager, [request])["r"].tokens == 8
+    assert manager.coordinator.calls == 2 and len(memo) == 0

@@ -98,10 +98,11 @@ class HitMemo:
     def hits(self, kv_cache_manager: Any, waiting: Iterable[Any]) -> dict[str, Hit]:
         """The hit of each of `waiting` (vLLM's requests) that has one, by id."""
         coordinator = kv_cache_manager.coordinator
-        if not remembers_hits(coordinator):
+        if not remembers_hits(coordinator) or not self._watch(
+            coordinator.block_pool.cached_block_hash_to_block
+        ):
             self.forget()
             return self._looked_up(kv_cache_manager, waiting)
-        self._watch(coordinator.block_pool.cached_block_hash_to_block)
         block_size = coordinator.block_size
         before, changed = self._remembered, self._changed
         remembered: dict[str, _Remembered] = {}
@@ -138,13 +139,14 @@ class HitMemo:
                 found[request.request_id] = hit
         return found
 
-    def _watch(self, cache_map: Any) -> None:
+    def _watch(self, cache_map: Any) -> bool:
         """Record the keys `cache_map` inserts and pops; a new map (the prefix cache was
-        reset) makes every remembered hit stale."""
+        reset) makes every remembered hit stale. False if the map cannot be watched (its
+        methods cannot be replaced): every hit is then looked up."""
         if cache_map is self._map:
-            return
+            return True
         self.forget()
-        self._map = cache_map
+        self._map = None
         changed = self._changed
         insert, pop = cache_map.insert, cache_map.pop
 
@@ -156,8 +158,13 @@ class HitMemo:
             changed.add(key)
             return pop(key, block_id)
 
-        cache_map.insert = recording_insert
-        cache_map.pop = recording_pop
+        try:
+            cache_map.insert = recording_insert
+            cache_map.pop = recording_pop
+        except AttributeError:  # a map with slots: nothing recorded, nothing remembered
+            return False
+        self._map = cache_map
+        return True
 
     def forget(self) -> None:
         """Remember nothing (the engine holds no request)."""
