@@ -238,3 +238,22 @@ def test_a_map_that_cannot_be_watched_is_looked_up_at_every_read() -> None:
     for _ in range(2):
         assert memo.hits(manager, [request])["r"].tokens == 8
     assert manager.coordinator.calls == 2 and len(memo) == 0
+
+
+def test_a_new_request_under_an_old_id_is_looked_up() -> None:
+    pool, manager, memo = setup()
+    cached(pool, hashes("a", 2))
+    assert memo.hits(manager, [EngineRequest("r", hashes("a", 3), num_tokens=13)])["r"].tokens == 8
+    again = EngineRequest("r", hashes("b", 3), num_tokens=13)  # aborted, then its id reused
+    assert memo.hits(manager, [again]) == {}
+    assert manager.coordinator.calls == 2
+
+
+def test_other_tokens_with_the_same_counts_are_looked_up() -> None:
+    pool, manager, memo = setup()
+    cached(pool, hashes("a", 2))
+    request = EngineRequest("r", hashes("a", 3), num_tokens=13)
+    assert memo.hits(manager, [request])["r"].tokens == 8
+    request.block_hashes[:] = hashes("b", 3)  # rewritten in place, as vLLM's sessions do
+    assert memo.hits(manager, [request]) == {}
+    assert manager.coordinator.calls == 2

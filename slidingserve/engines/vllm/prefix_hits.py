@@ -79,9 +79,20 @@ def remembers_hits(coordinator: Any) -> bool:
 
 
 class _Remembered(NamedTuple):
-    stamp: tuple[int, int]  # the request's tokens and block hashes when looked up
+    request: Any  # the engine's request object looked up (an id can be reused)
+    stamp: tuple[int, int]  # its tokens and block hashes then
+    last_hash: bytes | None  # the last block hash its lookup read (chained: its whole prefix)
     keys: tuple[bytes, ...]  # the cache keys its lookup could read
     hit: Hit
+
+    def holds_for(self, request: Any, stamp: tuple[int, int], changed: set[bytes]) -> bool:
+        """Whether this lookup still answers for `request` (with `stamp`) once the cache
+        changed the keys `changed`."""
+        if self.request is not request or self.stamp != stamp:
+            return False
+        if self.keys and request.block_hashes[len(self.keys) - 1] != self.last_hash:
+            return False  # the same counts, other tokens
+        return changed.isdisjoint(self.keys)
 
 
 class HitMemo:
@@ -114,7 +125,7 @@ class HitMemo:
                 continue
             stamp = (request.num_tokens, len(request.block_hashes))
             entry = before.get(request.request_id)
-            if entry is None or entry.stamp != stamp or not changed.isdisjoint(entry.keys):
+            if entry is None or not entry.holds_for(request, stamp, changed):
                 entry = self._look_up(kv_cache_manager, request, stamp, block_size)
             remembered[request.request_id] = entry
             if entry.hit.tokens:
@@ -129,7 +140,8 @@ class HitMemo:
         self.lookups += 1
         probed = request.block_hashes[: (request.num_tokens - 1) // block_size]
         keys = tuple(self._key_of(block_hash) for block_hash in probed)
-        return _Remembered(stamp, keys, find_hit(kv_cache_manager, request))
+        last = probed[-1] if probed else None
+        return _Remembered(request, stamp, last, keys, find_hit(kv_cache_manager, request))
 
     def _looked_up(self, kv_cache_manager: Any, waiting: Iterable[Any]) -> dict[str, Hit]:
         found: dict[str, Hit] = {}
