@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from slidingserve.engines.vllm.prefix_hits import HitMemo, PrefixHits
+from slidingserve.engines.vllm.prefix_hits import Hit, HitMemo, PrefixHits
 
 BLOCK = 4
 
@@ -99,117 +99,125 @@ def cached(pool: BlockPool, block_hashes: list[bytes], first_id: int = 0) -> lis
     return blocks
 
 
-def setup(coordinator_class: type = UnitaryKVCacheCoordinator) -> tuple[Any, Any, HitMemo]:
-    pool = BlockPool()
-    coordinator = coordinator_class(pool)
-    return pool, KVCacheManager(coordinator), HitMemo(key_of)
+class Scene:
+    """A pool whose map caches the first `blocks` hashes of family "a", its coordinator
+    (`coordinator_class`) and a memo."""
+
+    def __init__(
+        self, blocks: int, coordinator_class: type = UnitaryKVCacheCoordinator, **map_: Any
+    ) -> None:
+        self.pool = BlockPool(**map_)
+        self.coordinator: UnitaryKVCacheCoordinator = coordinator_class(self.pool)
+        self.manager = KVCacheManager(self.coordinator)
+        self.memo = HitMemo(key_of)
+        self.blocks = cached(self.pool, hashes("a", blocks))
+
+    def read(self, *requests: EngineRequest) -> dict[str, Hit]:
+        return self.memo.hits(self.manager, requests)
+
+    def evict(self, index: int) -> None:
+        """Pop the cached block of family "a" at `index` (block id `index`)."""
+        self.pool.cached_block_hash_to_block.pop(key_of(hashes("a", index + 1)[index]), index)
+
+    @property
+    def calls(self) -> int:
+        return self.coordinator.calls
+
+
+def waiting(block_hashes: int, tokens: int, family: str = "a", name: str = "r") -> EngineRequest:
+    """A waiting request `name` of `tokens` tokens with `block_hashes` hashes of `family`."""
+    return EngineRequest(name, hashes(family, block_hashes), num_tokens=tokens)
 
 
 def test_a_hit_is_looked_up_once_while_nothing_it_reads_changes() -> None:
-    pool, manager, memo = setup()
-    blocks = cached(pool, hashes("a", 3))
-    request = EngineRequest("r", hashes("a", 5), num_tokens=21)  # 5 hashes, 20 tokens read
-    first = memo.hits(manager, [request])
-    assert first["r"].tokens == 12 and list(first["r"].blocks) == blocks
-    cached(pool, hashes("other", 4), first_id=10)  # keys no lookup of "r" reads
+    scene = Scene(3)
+    request = waiting(5, 21)  # 5 hashes, 20 tokens read
+    first = scene.read(request)
+    assert first["r"].tokens == 12 and list(first["r"].blocks) == scene.blocks
+    cached(scene.pool, hashes("other", 4), first_id=10)  # keys no lookup of "r" reads
     for _ in range(3):
-        assert memo.hits(manager, [request]) == first
-    assert manager.coordinator.calls == 1 and memo.lookups == 1
+        assert scene.read(request) == first
+    assert scene.calls == 1 and scene.memo.lookups == 1
 
 
 def test_a_block_cached_after_the_hit_extends_it_at_the_next_read() -> None:
-    pool, manager, memo = setup()
-    cached(pool, hashes("a", 2))
-    request = EngineRequest("r", hashes("a", 5), num_tokens=21)
-    assert memo.hits(manager, [request])["r"].tokens == 8
-    pool.cached_block_hash_to_block.insert(key_of(hashes("a", 3)[2]), Block(7))
-    assert memo.hits(manager, [request])["r"].tokens == 12
-    assert manager.coordinator.calls == 2
+    scene, request = Scene(2), waiting(5, 21)
+    assert scene.read(request)["r"].tokens == 8
+    scene.pool.cached_block_hash_to_block.insert(key_of(hashes("a", 3)[2]), Block(7))
+    assert scene.read(request)["r"].tokens == 12
+    assert scene.calls == 2
 
 
 def test_a_hit_block_evicted_shortens_the_hit() -> None:
-    pool, manager, memo = setup()
-    cached(pool, hashes("a", 4))
-    request = EngineRequest("r", hashes("a", 5), num_tokens=21)
-    assert memo.hits(manager, [request])["r"].tokens == 16
-    pool.cached_block_hash_to_block.pop(key_of(hashes("a", 2)[1]), 1)
-    assert memo.hits(manager, [request])["r"].tokens == 4
-    pool.cached_block_hash_to_block.pop(key_of(hashes("a", 1)[0]), 0)
-    assert memo.hits(manager, [request]) == {}  # no hit: not listed
-    assert manager.coordinator.calls == 3
+    scene, request = Scene(4), waiting(5, 21)
+    assert scene.read(request)["r"].tokens == 16
+    scene.evict(1)
+    assert scene.read(request)["r"].tokens == 4
+    scene.evict(0)
+    assert scene.read(request) == {}  # no hit: not listed
+    assert scene.calls == 3
 
 
 def test_a_key_past_what_the_lookup_reads_changes_nothing() -> None:
-    pool, manager, memo = setup()
-    cached(pool, hashes("a", 2))
-    request = EngineRequest("r", hashes("a", 5), num_tokens=9)  # (9 − 1) // 4: two hashes read
-    assert memo.hits(manager, [request])["r"].tokens == 8
-    cached(pool, hashes("a", 5)[2:], first_id=2)
-    assert memo.hits(manager, [request])["r"].tokens == 8
-    assert manager.coordinator.calls == 1
+    scene, request = Scene(2), waiting(5, 9)  # (9 − 1) // 4: two hashes read
+    assert scene.read(request)["r"].tokens == 8
+    cached(scene.pool, hashes("a", 5)[2:], first_id=2)
+    assert scene.read(request)["r"].tokens == 8
+    assert scene.calls == 1
 
 
 def test_a_request_with_more_tokens_is_looked_up_again() -> None:
-    pool, manager, memo = setup()
-    cached(pool, hashes("a", 4))
-    request = EngineRequest("r", hashes("a", 2), num_tokens=9)
-    assert memo.hits(manager, [request])["r"].tokens == 8
+    scene, request = Scene(4), waiting(2, 9)
+    assert scene.read(request)["r"].tokens == 8
     request.block_hashes, request.num_tokens = hashes("a", 4), 17  # preempted with its output
-    assert memo.hits(manager, [request])["r"].tokens == 16
-    assert manager.coordinator.calls == 2
+    assert scene.read(request)["r"].tokens == 16
+    assert scene.calls == 2
 
 
 def test_a_new_cache_map_forgets_every_hit() -> None:
-    pool, manager, memo = setup()
-    cached(pool, hashes("a", 2))
-    request = EngineRequest("r", hashes("a", 3), num_tokens=13)
-    assert memo.hits(manager, [request])["r"].tokens == 8
-    pool.cached_block_hash_to_block = BlockHashToBlockMap()  # vLLM's reset_prefix_cache
-    assert memo.hits(manager, [request]) == {}
-    cached(pool, hashes("a", 1))  # the new map is watched in turn
-    assert memo.hits(manager, [request])["r"].tokens == 4
-    assert manager.coordinator.calls == 3
+    scene, request = Scene(2), waiting(3, 13)
+    assert scene.read(request)["r"].tokens == 8
+    scene.pool.cached_block_hash_to_block = BlockHashToBlockMap()  # vLLM's reset_prefix_cache
+    assert scene.read(request) == {}
+    cached(scene.pool, hashes("a", 1))  # the new map is watched in turn
+    assert scene.read(request)["r"].tokens == 4
+    assert scene.calls == 3
 
 
 def test_a_request_not_waiting_at_a_read_is_forgotten() -> None:
-    pool, manager, memo = setup()
-    cached(pool, hashes("a", 2))
-    one, two = (EngineRequest(name, hashes("a", 3), num_tokens=13) for name in "12")
-    memo.hits(manager, [one, two])
-    memo.hits(manager, [two])  # "1" was admitted
-    assert len(memo) == 1
-    pool.cached_block_hash_to_block.pop(key_of(hashes("a", 1)[0]), 0)
-    memo.hits(manager, [two])
-    assert memo.hits(manager, [one]) == {}  # looked up afresh, not from before the change
-    memo.forget()
-    assert len(memo) == 0
+    scene = Scene(2)
+    one, two = (waiting(3, 13, name=name) for name in "12")
+    scene.read(one, two)
+    scene.read(two)  # "1" was admitted
+    assert len(scene.memo) == 1
+    scene.evict(0)
+    scene.read(two)
+    assert scene.read(one) == {}  # looked up afresh, not from before the change
+    scene.memo.forget()
+    assert len(scene.memo) == 0
 
 
 def test_requests_that_skip_the_cache_or_hold_tokens_have_no_hit_and_no_lookup() -> None:
-    pool, manager, memo = setup()
-    cached(pool, hashes("a", 2))
+    scene = Scene(2)
     skips = EngineRequest("s", hashes("a", 3), num_tokens=13, skip_reading_prefix_cache=True)
     holds = EngineRequest("h", hashes("a", 3), num_tokens=13, num_computed_tokens=4)
-    assert memo.hits(manager, [skips, holds]) == {}
-    assert manager.coordinator.calls == 0 and len(memo) == 0
+    assert scene.read(skips, holds) == {}
+    assert scene.calls == 0 and len(scene.memo) == 0
 
 
 def test_another_cache_layout_is_looked_up_at_every_read() -> None:
-    pool, manager, memo = setup(HybridKVCacheCoordinator)
-    cached(pool, hashes("a", 2))
-    request = EngineRequest("r", hashes("a", 3), num_tokens=13)
+    scene, request = Scene(2, HybridKVCacheCoordinator), waiting(3, 13)
     for _ in range(3):
-        assert memo.hits(manager, [request])["r"].tokens == 8
-    assert manager.coordinator.calls == 3 and len(memo) == 0
+        assert scene.read(request)["r"].tokens == 8
+    assert scene.calls == 3 and len(scene.memo) == 0
 
 
 def test_shared_blocks_count_the_hit_blocks_held_when_asked() -> None:
-    pool, manager, _ = setup()
-    blocks = cached(pool, hashes("a", 3))
+    scene = Scene(3)
     hits = PrefixHits(key_of)
-    assert hits.read(manager, [EngineRequest("r", hashes("a", 4), num_tokens=17)]) == {"r": 12}
+    assert hits.read(scene.manager, [waiting(4, 17)]) == {"r": 12}
     assert hits.shared_blocks("r") == 0
-    blocks[0].ref_cnt, blocks[2].ref_cnt = 1, 2  # running requests took two of them
+    scene.blocks[0].ref_cnt, scene.blocks[2].ref_cnt = 1, 2  # running requests took two
     assert hits.shared_blocks("r") == 2 and hits.shared_blocks("unknown") == 0
     hits.clear()
     assert hits.shared_blocks("r") == 0 and len(hits) == 0
@@ -231,29 +239,22 @@ class SlottedMap:
 
 
 def test_a_map_that_cannot_be_watched_is_looked_up_at_every_read() -> None:
-    pool, manager, memo = setup()
-    pool.cached_block_hash_to_block = SlottedMap()
-    cached(pool, hashes("a", 2))
-    request = EngineRequest("r", hashes("a", 3), num_tokens=13)
+    scene, request = Scene(2, cached_block_hash_to_block=SlottedMap()), waiting(3, 13)
     for _ in range(2):
-        assert memo.hits(manager, [request])["r"].tokens == 8
-    assert manager.coordinator.calls == 2 and len(memo) == 0
+        assert scene.read(request)["r"].tokens == 8
+    assert scene.calls == 2 and len(scene.memo) == 0
 
 
 def test_a_new_request_under_an_old_id_is_looked_up() -> None:
-    pool, manager, memo = setup()
-    cached(pool, hashes("a", 2))
-    assert memo.hits(manager, [EngineRequest("r", hashes("a", 3), num_tokens=13)])["r"].tokens == 8
-    again = EngineRequest("r", hashes("b", 3), num_tokens=13)  # aborted, then its id reused
-    assert memo.hits(manager, [again]) == {}
-    assert manager.coordinator.calls == 2
+    scene = Scene(2)
+    assert scene.read(waiting(3, 13))["r"].tokens == 8
+    assert scene.read(waiting(3, 13, family="b")) == {}  # aborted, then its id reused
+    assert scene.calls == 2
 
 
 def test_other_tokens_with_the_same_counts_are_looked_up() -> None:
-    pool, manager, memo = setup()
-    cached(pool, hashes("a", 2))
-    request = EngineRequest("r", hashes("a", 3), num_tokens=13)
-    assert memo.hits(manager, [request])["r"].tokens == 8
+    scene, request = Scene(2), waiting(3, 13)
+    assert scene.read(request)["r"].tokens == 8
     request.block_hashes[:] = hashes("b", 3)  # rewritten in place, as vLLM's sessions do
-    assert memo.hits(manager, [request]) == {}
-    assert manager.coordinator.calls == 2
+    assert scene.read(request) == {}
+    assert scene.calls == 2
