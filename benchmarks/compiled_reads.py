@@ -1,0 +1,208 @@
+"""What compiling the policies' hot passes with mypyc would buy, measured.
+
+    python benchmarks/compiled_reads.py [--requests 256] [--repeats 300]
+
+Needs mypyc (it comes with mypy, in the `--dev` install) and a C compiler. It writes one
+scratch module to a temporary folder, compiles it with mypyc, and times the same code
+interpreted and compiled, on the project's own `Request` objects (the states of
+`benchmarks/sched_overhead.py`) and on a mypyc class with the same fields:
+
+- the pass every planning policy makes over the queue at every step (each request's next
+  deadline, `core.request.next_deadlines`, written out the same way), interpreted and
+  compiled over `Request`, and over the compiled class from interpreted and compiled code;
+- Moore–Hodgson on the deadlines and prefill tokens of the waiting requests
+  (`policies.slidingserve.triage.moore_hodgson`), numbers only.
+
+Prints the best time of `--repeats` calls of each, in microseconds, and the ratio to the
+interpreted pass over `Request`. The figures (docs/design.md, section 11.2) say where a
+compiled core helps and where it costs: numbers-only loops and compiled code reading
+compiled classes run faster; compiled code reading the project's dataclasses, and
+interpreted code (the simulator, the vLLM adapter, the metrics) reading compiled classes,
+run slower than CPython 3.11's own specialised attribute reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from slidingserve.core import SLO, Phase, Request
+from slidingserve.core.request import next_deadlines, remaining_prefills
+from slidingserve.policies.slidingserve.triage import moore_hodgson
+
+SCRATCH_MODULE = "compiled_passes"
+# The passes, as the project writes them, for mypyc; `Slo` and `Job` are the compiled
+# stand-ins of `SLO` and `Request` (the fields the deadline reads).
+SCRATCH_SOURCE = """
+from __future__ import annotations
+from heapq import heappop, heappush, heappushpop
+from typing import Any, Sequence
+
+
+class Slo:
+    def __init__(self, ttft: float, tbt: float) -> None:
+        self.ttft = ttft
+        self.tbt = tbt
+
+
+class Job:
+    def __init__(self, arrival: float, slo: Slo, num_generated: int) -> None:
+        self.arrival = arrival
+        self.slo = slo
+        self.num_generated = num_generated
+
+
+def deadlines_of_any(requests: Sequence[Any]) -> list[float]:
+    return [r.arrival + (slo := r.slo).ttft + r.num_generated * slo.tbt for r in requests]
+
+
+def deadlines_of_jobs(jobs: list[Job]) -> list[float]:
+    return [j.arrival + (slo := j.slo).ttft + j.num_generated * slo.tbt for j in jobs]
+
+
+def moore_hodgson(
+    deadlines: list[float], remaining: list[int], protected: list[bool], now: float, rate: float
+) -> list[bool]:
+    size = len(deadlines)
+    kept = [True] * size
+    finish = now
+    chosen: list[int] = []
+    for position in range(size):
+        deadline, tokens = deadlines[position], remaining[position]
+        if protected[position]:
+            finish += tokens / rate
+        elif deadline <= now:
+            kept[position] = False
+            continue
+        else:
+            finish += tokens / rate
+            if finish > deadline:
+                largest = heappushpop(chosen, position - tokens * size) % size
+                finish -= remaining[largest] / rate
+                kept[largest] = False
+            else:
+                heappush(chosen, position - tokens * size)
+        while finish > deadline and chosen:
+            largest = heappop(chosen) % size
+            finish -= remaining[largest] / rate
+            kept[largest] = False
+    return kept
+"""
+TRIAGE_RATE = 20_000.0  # prefill tokens per second Moore–Hodgson assumes here
+NOW = 100.0  # seconds: the states' clock
+
+
+def states(size: int, rng: np.random.Generator) -> tuple[list[Request], list[Request]]:
+    """`size` requests, half decoding and half waiting, with prompts, outputs and slacks of
+    the kind `benchmarks/sched_overhead.py` draws (decodes, then the waiting ones)."""
+    decoding: list[Request] = []
+    waiting: list[Request] = []
+    for i in range(size):
+        prompt, output = int(rng.integers(16, 2048)), int(rng.integers(2, 512))
+        arrival = NOW - float(rng.uniform(0.0, 20.0))
+        slo = SLO(max(0.01, NOW - arrival + float(rng.uniform(-0.2, 2.0))), 0.05)
+        request = Request(f"r{i}", arrival, prompt, output, slo)
+        if i % 2 == 0:
+            request.phase, request.num_generated = Phase.DECODING, int(rng.integers(1, output))
+            request.num_computed = prompt + request.num_generated - 1
+            decoding.append(request)
+        else:
+            waiting.append(request)
+    return decoding, waiting
+
+
+def compile_scratch(folder: Path) -> ModuleType:
+    """The scratch module compiled by mypyc in `folder`, imported."""
+    source = folder / f"{SCRATCH_MODULE}.py"
+    source.write_text(SCRATCH_SOURCE)
+    command = [sys.executable, "-m", "mypyc", source.name]
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"mypyc could not compile the scratch module:\n{done.stdout}{done.stderr}")
+    source.unlink()  # only the extension module is left to import
+    sys.modules.pop(SCRATCH_MODULE, None)  # an earlier run's, from a folder now gone
+    sys.path.insert(0, str(folder))
+    try:
+        module = importlib.import_module(SCRATCH_MODULE)
+    finally:
+        sys.path.remove(str(folder))
+    if not str(module.__file__).endswith((".so", ".pyd")):
+        sys.exit(f"{SCRATCH_MODULE} imported from {module.__file__}, not a compiled module")
+    return module
+
+
+def best_microseconds(call: Callable[[], object], repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - started)
+    return best * 1e6
+
+
+def interpreted_deadlines(requests: Sequence[Any]) -> list[float]:
+    """`next_deadlines` over any objects with its fields (to time it on the compiled class)."""
+    return [r.arrival + (slo := r.slo).ttft + r.num_generated * slo.tbt for r in requests]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=300)
+    args = parser.parse_args()
+    decoding, waiting = states(args.requests, np.random.default_rng(0))
+    with tempfile.TemporaryDirectory() as folder:
+        compiled = compile_scratch(Path(folder))
+        times = [
+            (label, best_microseconds(call, args.repeats))
+            for label, call in passes(compiled, [*decoding, *waiting], waiting)
+        ]
+    reference = times[0][1]
+    print(f"{args.requests} requests ({len(waiting)} waiting), best of {args.repeats} calls")
+    print(f"{'pass':<44} {'µs':>7} {'÷ first row':>12}")
+    for label, micros in times:
+        print(f"{label:<44} {micros:>7.1f} {micros / reference:>12.2f}")
+
+
+def passes(
+    compiled: ModuleType, requests: list[Request], waiting: list[Request]
+) -> list[tuple[str, Callable[[], object]]]:
+    """The passes to time, each checked first to give what the project's own gives."""
+    jobs = [
+        compiled.Job(r.arrival, compiled.Slo(r.slo.ttft, r.slo.tbt), r.num_generated)
+        for r in requests
+    ]
+    if compiled.deadlines_of_jobs(jobs) != next_deadlines(requests):
+        sys.exit("the compiled pass does not give the interpreted pass's deadlines")
+    queue = sorted(waiting, key=lambda r: r.next_deadline)
+    triage = (
+        next_deadlines(queue),
+        remaining_prefills(queue),
+        [r.protected for r in queue],
+        NOW,
+        TRIAGE_RATE,
+    )
+    if compiled.moore_hodgson(*triage) != moore_hodgson(*triage):
+        sys.exit("the compiled Moore–Hodgson does not keep what the interpreted one keeps")
+    return [
+        ("deadlines: interpreted, over Request", lambda: next_deadlines(requests)),
+        ("deadlines: compiled, over Request", lambda: compiled.deadlines_of_any(requests)),
+        ("deadlines: interpreted, over compiled class", lambda: interpreted_deadlines(jobs)),
+        ("deadlines: compiled, over compiled class", lambda: compiled.deadlines_of_jobs(jobs)),
+        ("Moore–Hodgson: interpreted", lambda: moore_hodgson(*triage)),
+        ("Moore–Hodgson: compiled", lambda: compiled.moore_hodgson(*triage)),
+    ]
+
+
+if __name__ == "__main__":
+    main()
