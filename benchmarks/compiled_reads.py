@@ -3,13 +3,15 @@
     python benchmarks/compiled_reads.py [--requests 256] [--repeats 300]
 
 Needs mypyc (it comes with mypy, in the `--dev` install) and a C compiler. It writes one
-scratch module to a temporary folder, compiles it with mypyc, and times the same code
-interpreted and compiled, on the project's own `Request` objects (the states of
-`benchmarks/sched_overhead.py`) and on a mypyc class with the same fields:
+scratch module to a temporary folder with the project's own passes in it (their source,
+read at run time), compiles it with mypyc, checks that the compiled passes answer as the
+project's do, and times both on the project's `Request` objects (half decoding, half
+waiting, drawn as `benchmarks/sched_overhead.py` draws its states) and on a mypyc class
+with the fields the deadline reads:
 
 - the pass every planning policy makes over the queue at every step (each request's next
-  deadline, `core.request.next_deadlines`, written out the same way), interpreted and
-  compiled over `Request`, and over the compiled class from interpreted and compiled code;
+  deadline, `core.request.next_deadlines`), interpreted and compiled over `Request`, and
+  over the compiled class from interpreted and compiled code;
 - Moore–Hodgson on the deadlines and prefill tokens of the waiting requests
   (`policies.slidingserve.triage.moore_hodgson`), numbers only.
 
@@ -25,14 +27,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import numpy as np
 
@@ -41,12 +43,15 @@ from slidingserve.core.request import next_deadlines, remaining_prefills
 from slidingserve.policies.slidingserve.triage import moore_hodgson
 
 SCRATCH_MODULE = "compiled_passes"
-# The passes, as the project writes them, for mypyc; `Slo` and `Job` are the compiled
-# stand-ins of `SLO` and `Request` (the fields the deadline reads).
-SCRATCH_SOURCE = """
+# The scratch module: the project's own `next_deadlines` and `moore_hodgson` (their source,
+# read at run time), the deadline pass again typed on `Job`, and `Slo` and `Job`, compiled
+# stand-ins of `SLO` and `Request` with the fields the deadline reads. `Request` is `Any`
+# there: compiled code reads the project's requests as any object.
+SCRATCH_HEADER = """
 from __future__ import annotations
+from collections.abc import Iterable, Sequence
 from heapq import heappop, heappush, heappushpop
-from typing import Any, Sequence
+from typing import Any as Request
 
 
 class Slo:
@@ -60,44 +65,26 @@ class Job:
         self.arrival = arrival
         self.slo = slo
         self.num_generated = num_generated
-
-
-def deadlines_of_any(requests: Sequence[Any]) -> list[float]:
-    return [r.arrival + (slo := r.slo).ttft + r.num_generated * slo.tbt for r in requests]
-
-
-def deadlines_of_jobs(jobs: list[Job]) -> list[float]:
-    return [j.arrival + (slo := j.slo).ttft + j.num_generated * slo.tbt for j in jobs]
-
-
-def moore_hodgson(
-    deadlines: list[float], remaining: list[int], protected: list[bool], now: float, rate: float
-) -> list[bool]:
-    size = len(deadlines)
-    kept = [True] * size
-    finish = now
-    chosen: list[int] = []
-    for position in range(size):
-        deadline, tokens = deadlines[position], remaining[position]
-        if protected[position]:
-            finish += tokens / rate
-        elif deadline <= now:
-            kept[position] = False
-            continue
-        else:
-            finish += tokens / rate
-            if finish > deadline:
-                largest = heappushpop(chosen, position - tokens * size) % size
-                finish -= remaining[largest] / rate
-                kept[largest] = False
-            else:
-                heappush(chosen, position - tokens * size)
-        while finish > deadline and chosen:
-            largest = heappop(chosen) % size
-            finish -= remaining[largest] / rate
-            kept[largest] = False
-    return kept
 """
+PASS_SIGNATURE = "def next_deadlines(requests: Iterable[Request])"
+JOB_SIGNATURE = "def next_deadlines_of_jobs(requests: list[Job])"
+
+
+def scratch_source() -> str:
+    """The scratch module's text (`SCRATCH_HEADER`, then the project's passes)."""
+    deadlines = inspect.getsource(next_deadlines)
+    if PASS_SIGNATURE not in deadlines:
+        sys.exit(f"next_deadlines no longer starts with {PASS_SIGNATURE!r}: update this script")
+    return "\n\n".join(
+        [
+            SCRATCH_HEADER,
+            deadlines,
+            deadlines.replace(PASS_SIGNATURE, JOB_SIGNATURE),
+            inspect.getsource(moore_hodgson),
+        ]
+    )
+
+
 TRIAGE_RATE = 20_000.0  # prefill tokens per second Moore–Hodgson assumes here
 NOW = 100.0  # seconds: the states' clock
 
@@ -124,7 +111,7 @@ def states(size: int, rng: np.random.Generator) -> tuple[list[Request], list[Req
 def compile_scratch(folder: Path) -> ModuleType:
     """The scratch module compiled by mypyc in `folder`, imported."""
     source = folder / f"{SCRATCH_MODULE}.py"
-    source.write_text(SCRATCH_SOURCE)
+    source.write_text(scratch_source())
     command = [sys.executable, "-m", "mypyc", source.name]
     done = subprocess.run(command, cwd=folder, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -148,11 +135,6 @@ def best_microseconds(call: Callable[[], object], repeats: int) -> float:
         call()
         best = min(best, time.perf_counter() - started)
     return best * 1e6
-
-
-def interpreted_deadlines(requests: Sequence[Any]) -> list[float]:
-    """`next_deadlines` over any objects with its fields (to time it on the compiled class)."""
-    return [r.arrival + (slo := r.slo).ttft + r.num_generated * slo.tbt for r in requests]
 
 
 def main() -> None:
@@ -182,7 +164,7 @@ def passes(
         compiled.Job(r.arrival, compiled.Slo(r.slo.ttft, r.slo.tbt), r.num_generated)
         for r in requests
     ]
-    if compiled.deadlines_of_jobs(jobs) != next_deadlines(requests):
+    if compiled.next_deadlines_of_jobs(jobs) != next_deadlines(requests):
         sys.exit("the compiled pass does not give the interpreted pass's deadlines")
     queue = sorted(waiting, key=lambda r: r.next_deadline)
     triage = (
@@ -196,9 +178,9 @@ def passes(
         sys.exit("the compiled Moore–Hodgson does not keep what the interpreted one keeps")
     return [
         ("deadlines: interpreted, over Request", lambda: next_deadlines(requests)),
-        ("deadlines: compiled, over Request", lambda: compiled.deadlines_of_any(requests)),
-        ("deadlines: interpreted, over compiled class", lambda: interpreted_deadlines(jobs)),
-        ("deadlines: compiled, over compiled class", lambda: compiled.deadlines_of_jobs(jobs)),
+        ("deadlines: compiled, over Request", lambda: compiled.next_deadlines(requests)),
+        ("deadlines: interpreted, over compiled class", lambda: next_deadlines(jobs)),
+        ("deadlines: compiled, over compiled class", lambda: compiled.next_deadlines_of_jobs(jobs)),
         ("Moore–Hodgson: interpreted", lambda: moore_hodgson(*triage)),
         ("Moore–Hodgson: compiled", lambda: compiled.moore_hodgson(*triage)),
     ]
