@@ -6,7 +6,7 @@ Needs mypyc (it comes with mypy, in the `--dev` install) and a C compiler. It wr
 scratch module to a temporary folder with the project's own passes in it (their source,
 read at run time), compiles it with mypyc, checks that the compiled passes answer as the
 project's do, and times both on the project's `Request` objects (half decoding, half
-waiting, drawn as `benchmarks/sched_overhead.py` draws its states) and on a mypyc class
+waiting, with random lengths and slacks) and on a mypyc class
 with the fields the deadline reads:
 
 - the pass every planning policy makes over the queue at every step (each request's next
@@ -90,8 +90,9 @@ NOW = 100.0  # seconds: the states' clock
 
 
 def states(size: int, rng: np.random.Generator) -> tuple[list[Request], list[Request]]:
-    """`size` requests, half decoding and half waiting, with prompts, outputs and slacks of
-    the kind `benchmarks/sched_overhead.py` draws (decodes, then the waiting ones)."""
+    """`size` requests, half decoding and half waiting (decodes first), with random prompts
+    and outputs and first-token slacks from −0.2 to 2 s, as `benchmarks/sched_overhead.py`
+    gives its waiting requests."""
     decoding: list[Request] = []
     waiting: list[Request] = []
     for i in range(size):
@@ -164,8 +165,9 @@ def passes(
         compiled.Job(r.arrival, compiled.Slo(r.slo.ttft, r.slo.tbt), r.num_generated)
         for r in requests
     ]
-    if compiled.next_deadlines_of_jobs(jobs) != next_deadlines(requests):
-        sys.exit("the compiled pass does not give the interpreted pass's deadlines")
+    expected = next_deadlines(requests)
+    if not compiled.next_deadlines(requests) == compiled.next_deadlines_of_jobs(jobs) == expected:
+        sys.exit("the compiled passes do not give the interpreted pass's deadlines")
     queue = sorted(waiting, key=lambda r: r.next_deadline)
     triage = (
         next_deadlines(queue),
