@@ -6,8 +6,8 @@ Needs mypyc (it comes with mypy, in the `--dev` install) and a C compiler. It wr
 scratch module to a temporary folder with the project's own passes in it (their source,
 read at run time), compiles it with mypyc, checks that the compiled passes answer as the
 project's do, and times both on the project's `Request` objects (half decoding, half
-waiting, with random lengths and slacks) and on a mypyc class
-with the fields the deadline reads:
+waiting, with random lengths and slacks) and on a mypyc class with the fields the deadline
+reads:
 
 - the pass every planning policy makes over the queue at every step (each request's next
   deadline, `core.request.next_deadlines`), interpreted and compiled over `Request`, and
@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import NamedTuple
 
 import numpy as np
 
@@ -87,18 +88,20 @@ def scratch_source() -> str:
 
 TRIAGE_RATE = 20_000.0  # prefill tokens per second Moore–Hodgson assumes here
 NOW = 100.0  # seconds: the states' clock
+PROTECTED_EVERY = 16  # one request in this many is protected (Moore–Hodgson keeps its time)
 
 
 def states(size: int, rng: np.random.Generator) -> tuple[list[Request], list[Request]]:
     """`size` requests, half decoding and half waiting (decodes first), with random prompts
-    and outputs and first-token slacks from −0.2 to 2 s, as `benchmarks/sched_overhead.py`
-    gives its waiting requests."""
+    and outputs, first-token slacks from −0.2 to 2 s, as `benchmarks/sched_overhead.py`
+    gives its waiting requests, and one in `PROTECTED_EVERY` protected."""
     decoding: list[Request] = []
     waiting: list[Request] = []
     for i in range(size):
         prompt, output = int(rng.integers(16, 2048)), int(rng.integers(2, 512))
         arrival = NOW - float(rng.uniform(0.0, 20.0))
-        slo = SLO(max(0.01, NOW - arrival + float(rng.uniform(-0.2, 2.0))), 0.05)
+        ttft = max(0.01, NOW - arrival + float(rng.uniform(-0.2, 2.0)))
+        slo = SLO(ttft, 0.05, protected=i % PROTECTED_EVERY == 1)
         request = Request(f"r{i}", arrival, prompt, output, slo)
         if i % 2 == 0:
             request.phase, request.num_generated = Phase.DECODING, int(rng.integers(1, output))
@@ -144,22 +147,28 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=300)
     args = parser.parse_args()
     decoding, waiting = states(args.requests, np.random.default_rng(0))
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as folder:
         compiled = compile_scratch(Path(folder))
-        times = [
-            (label, best_microseconds(call, args.repeats))
-            for label, call in passes(compiled, [*decoding, *waiting], waiting)
-        ]
+        timed = passes(compiled, [*decoding, *waiting], waiting)
+        times = [(label, best_microseconds(call, args.repeats)) for label, call in timed.calls]
     reference = times[0][1]
-    print(f"{args.requests} requests ({len(waiting)} waiting), best of {args.repeats} calls")
+    print(
+        f"{args.requests} requests ({len(waiting)} waiting, Moore–Hodgson keeps {timed.kept}), "
+        f"best of {args.repeats} calls"
+    )
     print(f"{'pass':<44} {'µs':>7} {'÷ first row':>12}")
     for label, micros in times:
         print(f"{label:<44} {micros:>7.1f} {micros / reference:>12.2f}")
 
 
-def passes(
-    compiled: ModuleType, requests: list[Request], waiting: list[Request]
-) -> list[tuple[str, Callable[[], object]]]:
+class Passes(NamedTuple):
+    """The passes to time, and how many waiting requests Moore–Hodgson keeps."""
+
+    calls: list[tuple[str, Callable[[], object]]]
+    kept: int
+
+
+def passes(compiled: ModuleType, requests: list[Request], waiting: list[Request]) -> Passes:
     """The passes to time, each checked first to give what the project's own gives."""
     jobs = [
         compiled.Job(r.arrival, compiled.Slo(r.slo.ttft, r.slo.tbt), r.num_generated)
@@ -176,9 +185,10 @@ def passes(
         NOW,
         TRIAGE_RATE,
     )
-    if compiled.moore_hodgson(*triage) != moore_hodgson(*triage):
+    kept = moore_hodgson(*triage)
+    if compiled.moore_hodgson(*triage) != kept:
         sys.exit("the compiled Moore–Hodgson does not keep what the interpreted one keeps")
-    return [
+    calls: list[tuple[str, Callable[[], object]]] = [
         ("deadlines: interpreted, over Request", lambda: next_deadlines(requests)),
         ("deadlines: compiled, over Request", lambda: compiled.next_deadlines(requests)),
         ("deadlines: interpreted, over compiled class", lambda: next_deadlines(jobs)),
@@ -186,6 +196,7 @@ def passes(
         ("Moore–Hodgson: interpreted", lambda: moore_hodgson(*triage)),
         ("Moore–Hodgson: compiled", lambda: compiled.moore_hodgson(*triage)),
     ]
+    return Passes(calls, sum(kept))
 
 
 if __name__ == "__main__":
