@@ -17,8 +17,11 @@ class Block:
     ref_cnt: int = 0
 
 
-class BlockHashToBlockMap:
-    """vLLM's cache map, as far as the memo touches it: `insert` and `pop` change it."""
+class SlottedMap:
+    """vLLM's cache map, as far as the memo touches it: `insert` and `pop` change it. With
+    slots and no `__dict__`, its methods cannot be replaced on the instance."""
+
+    __slots__ = ("cache",)
 
     def __init__(self) -> None:
         self.cache: dict[bytes, Block] = {}
@@ -28,6 +31,10 @@ class BlockHashToBlockMap:
 
     def pop(self, key: bytes, block_id: int) -> Block | None:
         return self.cache.pop(key, None)
+
+
+class BlockHashToBlockMap(SlottedMap):
+    """The same map with an instance `__dict__`, as vLLM's has: the memo can watch it."""
 
 
 @dataclass
@@ -221,21 +228,6 @@ def test_shared_blocks_count_the_hit_blocks_held_when_asked() -> None:
     assert hits.shared_blocks("r") == 2 and hits.shared_blocks("unknown") == 0
     hits.clear()
     assert hits.shared_blocks("r") == 0 and len(hits) == 0
-
-
-class SlottedMap:
-    """A map whose methods cannot be replaced on the instance."""
-
-    __slots__ = ("cache",)
-
-    def __init__(self) -> None:
-        self.cache: dict[bytes, Block] = {}
-
-    def insert(self, key: bytes, block: Block) -> None:
-        self.cache[key] = block
-
-    def pop(self, key: bytes, block_id: int) -> Block | None:
-        return self.cache.pop(key, None)
 
 
 def test_a_map_that_cannot_be_watched_is_looked_up_at_every_read() -> None:
