@@ -53,9 +53,16 @@ KeyOf = Callable[[bytes], bytes]
 """A block hash to its key in vLLM's cache map (group 0): `make_block_hash_with_group_id`."""
 
 
+def looked_up(kv_cache_manager: Any, request: Any) -> bool:
+    """Whether vLLM would look `request` up: it holds no KV yet and may use the cache."""
+    return not request.num_computed_tokens and bool(
+        kv_cache_manager.prefix_cache_lookup_enabled(request)
+    )
+
+
 def find_hit(kv_cache_manager: Any, request: Any) -> Hit:
     """`request`'s hit in vLLM's cache as `get_computed_blocks` would find it now."""
-    if request.num_computed_tokens or not kv_cache_manager.prefix_cache_lookup_enabled(request):
+    if not looked_up(kv_cache_manager, request):
         return NO_HIT
     blocks, tokens, _ = kv_cache_manager.coordinator.find_longest_cache_hit(
         request.block_hashes, request.num_tokens - 1
@@ -119,9 +126,7 @@ class HitMemo:
         remembered: dict[str, _Remembered] = {}
         found: dict[str, Hit] = {}
         for request in waiting:
-            if request.num_computed_tokens or not kv_cache_manager.prefix_cache_lookup_enabled(
-                request
-            ):
+            if not looked_up(kv_cache_manager, request):
                 continue
             stamp = (request.num_tokens, len(request.block_hashes))
             entry = before.get(request.request_id)
