@@ -89,6 +89,18 @@ def test_an_empty_plan_leaves_vllm_to_fill_the_step() -> None:
     assert imposer.release(Plan(), {}) == StepOutcome(fell_back=False, mismatch=False)
 
 
+def test_a_held_step_gives_no_request_a_token_and_the_next_plan_gets_its_budget() -> None:
+    queues = make_queues()
+    imposer = PlanImposer(queues, BUDGET)
+    imposer.impose(PLAN)
+    imposer.hold()  # whatever the plan before it capped is gone
+    assert queues.max_num_scheduled_tokens == 0
+    assert (imposer.cap("w3", 80), imposer.cap("r1", 1)) == (0, 0)
+    assert imposer.release(Plan(), {}) == StepOutcome(fell_back=False, mismatch=False)
+    imposer.impose(PLAN)
+    assert queues.max_num_scheduled_tokens == 72 and imposer.cap("w3", 80) == 40
+
+
 def test_a_plan_larger_than_vllm_s_budget_gets_vllm_s_budget() -> None:
     queues = make_queues()
     big = Plan([ScheduledChunk(make_request("w1", prompt=1000), 300)])

@@ -6,7 +6,11 @@ that plan (`imposer.py`: plan order in vLLM's queues, per-request caps through
 `_reserve_prefill_lookahead`, the plan's total as the step budget). vLLM keeps its own KV
 allocation and preemption. Requests the policy refuses (admission control) finish before
 the step, their clients told why (`refusals.py`); the API server refuses most of them
-before they reach the engine, from the load the adapter publishes (`load_record.py`).
+before they reach the engine, from the load the adapter publishes (`load_record.py`). A
+synchronous step that refuses runs nothing else: its answers leave as soon as vLLM has
+handled the empty step, rather than after a model step of tens of milliseconds, and the
+next step runs the plan, made anew. (Under async scheduling the refusals go with the step's
+own output: the step is planned while the previous one runs, and on a GPU it is short.)
 `update_from_output` ends the step's timing (`timing.py`), which feeds the model time to
 the predictor's online learner and to the policy; every refit of the learner also refits
 the policy's own model, if it keeps one (`Policy.refit`).
@@ -116,6 +120,9 @@ class KeepsDecisions(Protocol):
     decisions: Sized
 
 
+ANSWERS_ONLY_PATH = "refusals-answered"  # a synchronous step that only answers refusals
+
+
 class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
     """vLLM's scheduler, steered by a SlidingServe policy.
 
@@ -170,6 +177,8 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         )
         self.admission = self.policy if isinstance(self.policy, ControlsAdmission) else None
         self.load = self._load_publisher()  # None: the API server refuses nothing at once
+        if self.load is not None and self.admission is not None:
+            self.admission.admit_arrivals()  # the API server's answer at arrival stands
 
     def _load_publisher(self) -> LoadPublisher | None:
         """A started publisher of the engine's load for the API server's admission check
@@ -262,10 +271,18 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         now = self.timer.step_started()
         plan = self._plan(now)
+        answers_only = bool(plan.refused) and not self.overlapped
+        if answers_only:
+            # The refusals' answers leave with an empty step, not after a model step; the
+            # plan is made anew at the next step, a few milliseconds on.
+            plan = Plan(path=ANSWERS_ONLY_PATH, refused=plan.refused)
         self.last_plan = plan
         if self.load is not None:
             self._update_load(self.load)
-        self.imposer.impose(plan)
+        if answers_only:
+            self.imposer.hold()
+        else:
+            self.imposer.impose(plan)
         self.timer.vllm_started()
         output = super().schedule(*args, **kwargs)
         self.timer.vllm_done()

@@ -62,6 +62,13 @@ class PlanImposer:
         self._caps = {chunk.request.request_id: chunk.tokens for chunk in plan.chunks}
         queues.max_num_scheduled_tokens = min(plan.total_tokens, self._max_tokens)
 
+    def hold(self) -> None:
+        """A step that runs nothing: every request capped at 0 tokens and a budget of 0,
+        as vLLM's own scheduler runs while paused."""
+        self.lift()
+        self._caps = {}
+        self._queues.max_num_scheduled_tokens = 0
+
     def cap(self, request_id: str, tokens: int) -> int:
         """The tokens request `request_id` may take of the `tokens` vLLM would give it: its
         planned count (0 if unplanned) while a plan is imposed, else all of them."""

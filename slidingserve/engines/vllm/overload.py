@@ -23,13 +23,15 @@ below):
 With the queue-aware test (`admission_test=queue`) the engine also publishes its queue,
 and a request fits when it fits that queue (`core/queue_fit.py`) behind the requests this
 API server let through since the queue was seen (`LetThrough`), with a decode seat left
-for it.
+for it. That answer stands: an engine that publishes its load admits the requests that
+reach it without testing them again (`ControlsAdmission.admit_arrivals`), so a request is
+refused at arrival, in milliseconds, or served; it is refused later only if it can no
+longer make its first token even if it ran next.
 
 An admission guard (`serve --admission-guard-ms`, `ADMISSION_GUARD_ENV`) tests each request
-as if its deadline came that much earlier, so that the API server also refuses what would
-finish within the guard of its deadline: what the engine, whose queue moves on between
-two records, would otherwise refuse itself a step later. A request let through is still
-counted in `LetThrough` with its own deadline.
+as if its deadline came that much earlier, so that what the API server lets through still
+fits once the engine's queue has moved on between two records. A request let through is
+still counted in `LetThrough` with its own deadline.
 
 Protected requests are never refused (the engine keeps them too). With no fresh record
 (admission control off, the engine core not started, stopped or hung) nothing is refused:

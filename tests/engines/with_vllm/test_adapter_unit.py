@@ -26,7 +26,10 @@ from slidingserve.core import SLO  # noqa: E402
 from slidingserve.core.batch import BatchShape, TimedBatch  # noqa: E402
 from slidingserve.core.plan import Plan, ScheduledChunk  # noqa: E402
 from slidingserve.core.view import SchedulerView  # noqa: E402
-from slidingserve.engines.vllm.adapter import SlidingServeScheduler  # noqa: E402
+from slidingserve.engines.vllm.adapter import (  # noqa: E402
+    ANSWERS_ONLY_PATH,
+    SlidingServeScheduler,
+)
 from slidingserve.engines.vllm.context import STARTING_GUESS  # noqa: E402
 from slidingserve.engines.vllm.health import (  # noqa: E402
     STATE_HELP,
@@ -326,26 +329,33 @@ def test_with_whole_prefills_a_prompt_that_cannot_fit_whole_waits_for_the_decode
 # -- admission control -------------------------------------------------------------------
 
 
-def test_a_refused_request_finishes_at_once_and_its_client_hears_why(tmp_path: Path) -> None:
+def test_a_refused_request_is_answered_by_an_empty_step_and_the_next_runs_the_plan(
+    tmp_path: Path,
+) -> None:
     scheduler = make_scheduler(tmp_path, "slidingserve", {"admission": True})
     now = time.time()
+    scheduler.add_request(engine_request("fine", 40, arrival=now, ttft_ms=60_000))
+    first = run_step(scheduler)
+    assert dict(first.num_scheduled_tokens) == {"fine": 40}
     # "late" arrived long ago: its first-token deadline has passed, nothing can save it.
     scheduler.add_request(engine_request("late", 40, arrival=now - 3600, ttft_ms=1000))
-    scheduler.add_request(engine_request("fine", 40, arrival=now, ttft_ms=60_000))
     output = scheduler.schedule()
-    assert dict(output.num_scheduled_tokens) == {"fine": 40}
+    # The step that refuses runs no token, "fine"'s decode included: its answer leaves
+    # without waiting for a model step.
+    assert output.total_num_scheduled_tokens == 0
     assert "late" in output.finished_req_ids
     assert "late" not in scheduler.requests
-    runner = ModelRunnerOutput(
-        req_ids=["fine"], req_id_to_index={"fine": 0}, sampled_token_ids=[[7]]
-    )
-    outputs = scheduler.update_from_output(output, runner)
+    assert scheduler.last_plan is not None and scheduler.last_plan.path == ANSWERS_ONLY_PATH
+    nothing = ModelRunnerOutput(req_ids=[], req_id_to_index={})
+    outputs = scheduler.update_from_output(output, nothing)
     told = {o.request_id: o for batch in outputs.values() for o in batch.outputs}
+    assert set(told) == {"late"}
     assert told["late"].finish_reason == FinishReason.ABORT
     assert told["late"].stop_reason == REFUSED_REASON
     assert told["late"].new_token_ids == []
-    assert told["fine"].new_token_ids == [7]
-    assert scheduler.refusals.count == 1
+    assert scheduler.refusals.count == 1 and not scheduler.refusals
+    assert dict(run_step(scheduler).num_scheduled_tokens) == {"fine": 1}  # the plan, anew
+    assert scheduler.health.counts[1:3] == (0, 0)  # the empty step is no departure
 
 
 def test_without_admission_control_nothing_is_refused(tmp_path: Path) -> None:
@@ -377,6 +387,31 @@ def test_the_engine_publishes_the_rate_it_refuses_by_and_its_queue(tmp_path: Pat
     finally:
         scheduler.shutdown()
     assert not record_path(folder, 0).exists()
+
+
+@pytest.mark.parametrize("api_server", [True, False])
+def test_behind_the_api_server_s_check_the_engine_admits_what_arrives(
+    tmp_path: Path, api_server: bool
+) -> None:
+    # Two prompts of 3,000 tokens with a TTFT of 0.3 s: together they do not fit the
+    # queue test at their first step; alone, each could make its first token.
+    options = {"admission": True, "admission_test": "queue"}
+    folder = tmp_path / "load"
+    folder.mkdir()
+    load_dir = folder if api_server else None
+    scheduler = make_scheduler(tmp_path, "slidingserve", options, budget=4096, load_dir=load_dir)
+    try:
+        now = time.time()
+        for name in ("a", "b"):
+            scheduler.add_request(engine_request(name, 3000, arrival=now, ttft_ms=300))
+        output = scheduler.schedule()
+        if api_server:  # its answer stands: both admitted, both run
+            assert not output.finished_req_ids and scheduler.refusals.count == 0
+            assert set(output.num_scheduled_tokens) == {"a", "b"}
+        else:  # the engine tests them itself: one is refused at once
+            assert scheduler.refusals.count == 1 and len(output.finished_req_ids) == 1
+    finally:
+        scheduler.shutdown()
 
 
 @pytest.mark.parametrize(("policy", "options"), [("slidingserve", {}), ("sarathi-edf", {})])

@@ -197,3 +197,22 @@ def test_a_request_whose_token_in_flight_is_its_last_is_not_planned_again(
     counts = scheduler.health.counts
     assert (counts.empty_plans, counts.plan_mismatches) == (0, 0)
     assert not scheduler.has_requests() and len(scheduler.mirror) == 0
+
+
+def test_under_async_scheduling_the_step_that_refuses_runs_its_plan_beside_the_answer(
+    tmp_path: Path, clock: FakeTime
+) -> None:
+    scheduler = make_scheduler(tmp_path, "slidingserve", {"admission": True}, async_scheduling=True)
+    now = clock.time()
+    scheduler.add_request(engine_request("fine", 40, arrival=now, ttft_ms=60_000))
+    # Arrived long ago: its first-token deadline has passed, nothing can save it.
+    scheduler.add_request(engine_request("late", 40, arrival=now - 60, ttft_ms=1000))
+    engine = AsyncEngine(scheduler, clock)
+    output = engine.schedule()
+    # Planned while the step before it runs: no empty step to answer the refusal early.
+    assert dict(output.num_scheduled_tokens) == {"fine": 40}
+    assert "late" in output.finished_req_ids
+    outputs = engine.update()
+    told = {o.request_id: o for batch in outputs.values() for o in batch.outputs}
+    assert told["late"].finish_reason == FinishReason.ABORT and told["late"].new_token_ids == []
+    assert scheduler.refusals.count == 1
