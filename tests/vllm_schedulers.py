@@ -48,13 +48,14 @@ def make_scheduler(
     *,
     async_scheduling: bool = False,
     prefix_caching: bool = False,
+    data_parallel_size: int = 1,
     **extra: Any,
 ) -> SlidingServeScheduler:
     """A scheduler without a model and `blocks` KV blocks of `BLOCK` tokens; `extra` are
     more adapter settings (e.g. `predictor`). With `async_scheduling`, the engine's config
     says so as on a GPU (vLLM's CPU platform turns it off in the config it checks). Every
     `engine_request` of one length has the same tokens: with `prefix_caching` they share
-    their prefixes."""
+    their prefixes. `data_parallel_size`: the engines its config says there are."""
     (tmp_path / "config.json").write_text(json.dumps(CONFIG_ONLY))
     model = ModelConfig(
         model=str(tmp_path), skip_tokenizer_init=True, dtype="float32", max_model_len=1024
@@ -81,6 +82,7 @@ def make_scheduler(
         additional_config={"slidingserve": settings},
     )
     config.scheduler_config.async_scheduling = async_scheduling
+    config.parallel_config.data_parallel_size = data_parallel_size  # as one of several engines
     kv = KVCacheConfig(
         num_blocks=blocks,
         kv_cache_tensors=[],

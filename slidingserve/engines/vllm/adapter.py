@@ -177,7 +177,7 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         )
         self.admission = self.policy if isinstance(self.policy, ControlsAdmission) else None
         self.load = self._load_publisher()  # None: the API server refuses nothing at once
-        if self.load is not None and self.admission is not None:
+        if self.load is not None and self.admission is not None and self._sole_engine():
             self.admission.admit_arrivals()  # the API server's answer at arrival stands
 
     def _load_publisher(self) -> LoadPublisher | None:
@@ -192,6 +192,13 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         self._update_load(publisher)
         publisher.start()
         return publisher
+
+    def _sole_engine(self) -> bool:
+        """Whether this engine core is the only one behind the API server. With several
+        (data parallel), the API server lets a request through when it fits any one's
+        queue, and vLLM's balancer may send it to another: each engine then tests what
+        reaches it itself."""
+        return int(self.vllm_config.parallel_config.data_parallel_size) == 1
 
     def _update_load(self, publisher: LoadPublisher) -> None:
         """Hand `publisher` the policy's admission rate and the prefill queued at it."""

@@ -389,9 +389,11 @@ def test_the_engine_publishes_the_rate_it_refuses_by_and_its_queue(tmp_path: Pat
     assert not record_path(folder, 0).exists()
 
 
-@pytest.mark.parametrize("api_server", [True, False])
-def test_behind_the_api_server_s_check_the_engine_admits_what_arrives(
-    tmp_path: Path, api_server: bool
+@pytest.mark.parametrize(
+    ("api_server", "engines"), [(True, 1), (False, 1), (True, 2)], ids=["sole", "alone", "dp"]
+)
+def test_behind_the_api_server_s_check_a_sole_engine_admits_what_arrives(
+    tmp_path: Path, api_server: bool, engines: int
 ) -> None:
     # Two prompts of 3,000 tokens with a TTFT of 0.3 s: together they do not fit the
     # queue test at their first step; alone, each could make its first token.
@@ -399,13 +401,15 @@ def test_behind_the_api_server_s_check_the_engine_admits_what_arrives(
     folder = tmp_path / "load"
     folder.mkdir()
     load_dir = folder if api_server else None
-    scheduler = make_scheduler(tmp_path, "slidingserve", options, budget=4096, load_dir=load_dir)
+    scheduler = make_scheduler(
+        tmp_path, "slidingserve", options, 4096, load_dir=load_dir, data_parallel_size=engines
+    )
     try:
         now = time.time()
         for name in ("a", "b"):
             scheduler.add_request(engine_request(name, 3000, arrival=now, ttft_ms=300))
         output = scheduler.schedule()
-        if api_server:  # its answer stands: both admitted, both run
+        if api_server and engines == 1:  # its answer stands: both admitted, both run
             assert not output.finished_req_ids and scheduler.refusals.count == 0
             assert set(output.num_scheduled_tokens) == {"a", "b"}
         else:  # the engine tests them itself: one is refused at once
