@@ -102,6 +102,9 @@ class Request:
     num_preemptions: int = 0
     token_times: list[float] = field(default_factory=list)  # emission time of each token
     refused: bool = False  # finished at once by admission control, no token emitted
+    # Admitted before the engine (an API server's queue test on arrival): the engine's own
+    # test of a request just arrived passes it; it may still be refused once hopeless
+    admitted: bool = False
     # The tokens of the prompt then the output as content runs (`core/prefix.py`), for a
     # prefix cache; empty: unknown, nothing shared with any other request
     content: tuple[Run, ...] = ()

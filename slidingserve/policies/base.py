@@ -152,14 +152,6 @@ class ControlsAdmission(Protocol):
         without that test. Called from the scheduling thread."""
         ...
 
-    def admit_arrivals(self) -> None:
-        """An API server in front of the engine tests each new request against
-        `admission_queue` before it reaches the engine, and its answer stands: the policy
-        counts the requests that arrive as admitted, where it would test them at their
-        first step, and goes on refusing the requests that can no longer make their first
-        token. Called once, before the first step."""
-        ...
-
 
 def build_config(config_type: type[Any], options: Mapping[str, Any], owner: str) -> Any:
     """Build a frozen config dataclass from a mapping, with a clear error for unknown keys."""

@@ -6,11 +6,14 @@ that plan (`imposer.py`: plan order in vLLM's queues, per-request caps through
 `_reserve_prefill_lookahead`, the plan's total as the step budget). vLLM keeps its own KV
 allocation and preemption. Requests the policy refuses (admission control) finish before
 the step, their clients told why (`refusals.py`); the API server refuses most of them
-before they reach the engine, from the load the adapter publishes (`load_record.py`). A
-synchronous step that refuses runs nothing else: its answers leave as soon as vLLM has
-handled the empty step, rather than after a model step of tens of milliseconds, and the
-next step runs the plan, made anew. (Under async scheduling the refusals go with the step's
-own output: the step is planned while the previous one runs, and on a GPU it is short.)
+before they reach the engine, from the load the adapter publishes (`load_record.py`); a
+request it tested and let through carries `ADMITTED_MARK` in its id, and an engine that is
+the only one behind it admits that request without testing it again (`Request.admitted`).
+A step that refuses runs nothing else, where the engine runs one step at a time: its
+answers leave as soon as vLLM has handled the empty step, rather than after a model step
+of tens of milliseconds, and the next step runs the plan, made anew (never two such steps
+in a row). Under async scheduling the refusals go with the step's own output: the step is
+planned while the previous one runs, and on a GPU it is short.
 `update_from_output` ends the step's timing (`timing.py`), which feeds the model time to
 the predictor's online learner and to the policy; every refit of the learner also refits
 the policy's own model, if it keeps one (`Policy.refit`).
@@ -70,6 +73,7 @@ from slidingserve.engines.vllm.health import (
 )
 from slidingserve.engines.vllm.imposer import PlanImposer
 from slidingserve.engines.vllm.load_record import (
+    ADMITTED_MARK,
     MAX_QUEUE_ENTRIES,
     LoadPublisher,
     QueueView,
@@ -177,8 +181,10 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         )
         self.admission = self.policy if isinstance(self.policy, ControlsAdmission) else None
         self.load = self._load_publisher()  # None: the API server refuses nothing at once
-        if self.load is not None and self.admission is not None and self._sole_engine():
-            self.admission.admit_arrivals()  # the API server's answer at arrival stands
+        # The API server's queue test on arrival stands for the requests it marks
+        self.trusts_api_server = self.load is not None and self._sole_engine()
+        pipeline = int(self.vllm_config.parallel_config.pipeline_parallel_size)
+        self.one_step_at_a_time = not self.overlapped and pipeline == 1
 
     def _load_publisher(self) -> LoadPublisher | None:
         """A started publisher of the engine's load for the API server's admission check
@@ -196,8 +202,8 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
     def _sole_engine(self) -> bool:
         """Whether this engine core is the only one behind the API server. With several
         (data parallel), the API server lets a request through when it fits any one's
-        queue, and vLLM's balancer may send it to another: each engine then tests what
-        reaches it itself."""
+        queue, and vLLM's balancer may send it to another: each engine then tests every
+        request that reaches it itself."""
         return int(self.vllm_config.parallel_config.data_parallel_size) == 1
 
     def _update_load(self, publisher: LoadPublisher) -> None:
@@ -262,7 +268,8 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
             logger.warning("request %s: %s; using the default SLO", request.request_id, error)
             self.invalid_slo_requests += 1
             slo = parse_slo_args(None, self.defaults)
-        self.mirror.add(request, slo)
+        mirror = self.mirror.add(request, slo)
+        mirror.admitted = self.trusts_api_server and ADMITTED_MARK in request.request_id
         super().add_request(request)
 
     def finish_requests(self, request_ids: str | Iterable[str] | None, finished_status: Any) -> Any:
@@ -278,7 +285,7 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         now = self.timer.step_started()
         plan = self._plan(now)
-        answers_only = bool(plan.refused) and not self.overlapped
+        answers_only = self._answers_first(plan)
         if answers_only:
             # The refusals' answers leave with an empty step, not after a model step; the
             # plan is made anew at the next step, a few milliseconds on.
@@ -306,6 +313,14 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
         )
         self.timer.step_scheduled(plan, self.mirror.batch(output.num_scheduled_tokens), output)
         return output
+
+    def _answers_first(self, plan: Plan) -> bool:
+        """Whether the step of `plan` only answers its refusals: it refuses some, the engine
+        runs one step at a time (no async scheduling, no pipeline of batches), and the step
+        before it ran (at most one empty step in a row, so that refusals at every step
+        cannot hold the decodes back)."""
+        held = self.last_plan is not None and self.last_plan.path == ANSWERS_ONLY_PATH
+        return bool(plan.refused) and not held and self.one_step_at_a_time
 
     def _plan(self, now: float) -> Plan:
         """The policy's plan for the step starting at `now` (wall clock, seconds), its

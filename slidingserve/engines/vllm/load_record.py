@@ -39,6 +39,10 @@ LOAD_DIR_ENV = "SLIDINGSERVE_LOAD_DIR"
 """Environment variable naming the folder of the engine cores' load records, for the API
 server (the engine cores get it in the adapter's settings, `AdapterSettings.load_dir`)."""
 
+ADMITTED_MARK = "slidingserve-admitted"
+"""In a request id: the API server tested the request against a published queue and let it
+through (`overload.Verdict.admitted`); a sole engine does not test it again on arrival."""
+
 PUBLISH_INTERVAL = 0.05  # seconds between two writes of a record
 MAX_QUEUE_ENTRIES = 512  # requests of the queue published, the earliest deadlines
 MAX_AGE = 2.0  # seconds after its writing that a record is still believed

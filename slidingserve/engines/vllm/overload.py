@@ -23,10 +23,14 @@ below):
 With the queue-aware test (`admission_test=queue`) the engine also publishes its queue,
 and a request fits when it fits that queue (`core/queue_fit.py`) behind the requests this
 API server let through since the queue was seen (`LetThrough`), with a decode seat left
-for it. That answer stands: an engine that publishes its load admits the requests that
-reach it without testing them again (`ControlsAdmission.admit_arrivals`), so a request is
-refused at arrival, in milliseconds, or served; it is refused later only if it can no
-longer make its first token even if it ran next.
+for it. That answer stands (`Verdict.admitted`): the API server gives a request of one
+prompt that passed the queue test a request id with `ADMITTED_MARK` in it (the
+`X-Request-Id` header vLLM takes its ids from, when the client sent no id of its own), and
+an engine that is the only one behind the API server admits such a request without
+testing it again, so it is refused on arrival, in milliseconds, or served; it is refused
+later only if it can no longer make its first token even if it ran next. Every other
+request (untested, of several prompts, with the client's own id, or behind data-parallel
+engines) is tested by the engine at its first step as well.
 
 An admission guard (`serve --admission-guard-ms`, `ADMISSION_GUARD_ENV`) tests each request
 as if its deadline came that much earlier, so that what the API server lets through still
@@ -278,6 +282,18 @@ class LetThrough:
         return len(self._entries)
 
 
+class Verdict(NamedTuple):
+    """The API server's answer to one request."""
+
+    overload: Overload | None  # why it is refused; None: let through
+    # Let through after the queue test, its one prompt counted in `LetThrough`: the engine
+    # need not test it again (`ADMITTED_MARK`)
+    admitted: bool = False
+
+
+LET_THROUGH_UNTESTED = Verdict(None)
+
+
 async def check_overload(
     path: str,
     payload: Mapping[str, Any],
@@ -289,36 +305,60 @@ async def check_overload(
     guard: float = 0.0,
 ) -> Overload | None:
     """Why the request (`path`, parsed JSON `payload` whose SLO is valid) must be refused
-    given the engines' fresh `records`, or None to let it through (see the module
-    docstring). Text is tokenized in a worker thread, off the event loop. `clock`: the wall
-    clock the queues were published on. `let_through`: the requests let through before,
-    counted in the queues published before them, and added to when this one is. `guard`:
-    seconds by which the request is tested early (`admission_guard`)."""
+    given the engines' fresh `records`, or None to let it through (`overload_verdict`)."""
+    verdict = await overload_verdict(
+        path, payload, records, defaults, tokenizer, clock, let_through, guard
+    )
+    return verdict.overload
+
+
+async def overload_verdict(
+    path: str,
+    payload: Mapping[str, Any],
+    records: Sequence[LoadRecord],
+    defaults: SLODefaults,
+    tokenizer: Tokenizer | None,
+    clock: Callable[[], float] = time.time,
+    let_through: LetThrough | None = None,
+    guard: float = 0.0,
+) -> Verdict:
+    """The answer to the request (`path`, parsed JSON `payload` whose SLO is valid) given
+    the engines' fresh `records` (see the module docstring). Text is tokenized in a worker
+    thread, off the event loop. `clock`: the wall clock the queues were published on.
+    `let_through`: the requests let through before, counted in the queues published before
+    them, and added to when this one is. `guard`: seconds by which the request is tested
+    early (`admission_guard`)."""
     record = best_record(records)
     if record is None:
-        return None
+        return LET_THROUGH_UNTESTED
     slo = parse_slo_args(payload.get("vllm_xargs"), defaults)
     if slo.protected:
-        return None
+        return LET_THROUGH_UNTESTED
     candidates = prompts(path, payload)
     if not candidates:
-        return None
+        return LET_THROUGH_UNTESTED
     queues = [r.queue for r in records if r.queue is not None]
     # Tokens the TTFT leaves time for, tested `guard` early
     budget = planned_ttft(slo.ttft, guard) * record.prefill_rate
     if not queues and any(most_tokens(p) <= budget for p in candidates):
-        return None  # too short to be refused: not tokenized
+        return LET_THROUGH_UNTESTED  # too short to be refused: not tokenized
     counts = await asyncio.to_thread(lambda: [count_tokens(p, tokenizer) for p in candidates])
     if any(count is None for count in counts):
-        return None
+        return LET_THROUGH_UNTESTED
     fewest = min(count for count in counts if count is not None)
     if fewest > budget:
-        return Overload(fewest, record.prefill_rate, slo.ttft, retry_after(record), guard_s=guard)
+        refused = Overload(
+            fewest, record.prefill_rate, slo.ttft, retry_after(record), guard_s=guard
+        )
+        return Verdict(refused)
     if not queues:
-        return None
+        return LET_THROUGH_UNTESTED
     passed = LetThrough() if let_through is None else let_through
     overload = queue_overload(queues, fewest, slo.ttft, clock(), passed, guard)
-    return None if overload is None else overload._replace(retry_after_s=retry_after(record))
+    if overload is None:
+        # Several prompts run as several requests, of which one was counted: not admitted
+        return Verdict(None, admitted=len(candidates) == 1)
+    return Verdict(overload._replace(retry_after_s=retry_after(record)))
 
 
 def queue_overload(

@@ -48,7 +48,8 @@ import functools
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from vllm.exceptions import VLLMValidationError
@@ -60,17 +61,22 @@ from slidingserve.core.slo_args import (
     SLODefaults,
     parse_slo_args,
 )
-from slidingserve.engines.vllm.load_record import LOAD_DIR_ENV, LoadRecord, read_records
+from slidingserve.engines.vllm.load_record import (
+    ADMITTED_MARK,
+    LOAD_DIR_ENV,
+    LoadRecord,
+    read_records,
+)
 from slidingserve.engines.vllm.overload import (
     ADMISSION_GUARD_ENV,
     REFUSAL_STATUS_ENV,
     LetThrough,
-    Overload,
     Tokenizer,
+    Verdict,
     admission_guard,
     best_record,
-    check_overload,
     overload_response,
+    overload_verdict,
     refusal_status,
     retry_after,
 )
@@ -86,6 +92,7 @@ if TYPE_CHECKING:
 
 LET_THROUGH = LetThrough()
 """The requests this API server process let through lately, for the admission check."""
+REQUEST_ID_HEADER = b"x-request-id"  # vLLM's request ids come from it when it is sent
 
 COMPLETION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
 """The OpenAI endpoints whose body may carry `vllm_xargs`."""
@@ -175,11 +182,13 @@ async def slo_middleware(
         return _bad_request(refusal)
     records = _load_records()
     if payload is None or not records or _protected(payload):  # protected: never refused
+        mark_admitted(request.scope, payload or {}, admitted=False)
         return await call_next(request)
     status = refusal_status(os.environ.get(REFUSAL_STATUS_ENV))
-    overload = await _overload(request, payload, records)
-    if overload is not None:
-        return overload_response(overload, status)
+    verdict = await _overload(request, payload, records)
+    if verdict.overload is not None:
+        return overload_response(verdict.overload, status)
+    mark_admitted(request.scope, payload, verdict.admitted)
     response = await call_next(request)
     best = best_record(records)  # None only without records
     return await answer_refusals(response, status, retry_after(best) if best else 1)
@@ -225,16 +234,38 @@ def _load_records() -> list[LoadRecord]:
 
 async def _overload(
     request: Request, payload: dict[str, Any], records: list[LoadRecord]
-) -> Overload | None:
-    """Why the engine cannot serve this valid request in time, from the engine cores' load
-    `records`."""
+) -> Verdict:
+    """Whether the engine can serve this valid request in time, from the engine cores'
+    load `records`."""
     defaults = slo_defaults(os.environ.get(SLO_DEFAULTS_ENV))
     tokenizer = served_tokenizer(request)
     path = request.url.path
     guard = admission_guard(os.environ.get(ADMISSION_GUARD_ENV))
-    return await check_overload(
+    return await overload_verdict(
         path, payload, records, defaults, tokenizer, let_through=LET_THROUGH, guard=guard
     )
+
+
+def mark_admitted(
+    scope: MutableMapping[str, Any], payload: Mapping[str, Any], admitted: bool
+) -> None:
+    """Give an `admitted` request (`Verdict.admitted`) an id with `ADMITTED_MARK` in it,
+    through the `X-Request-Id` header vLLM takes its request ids from, unless its client
+    named an id of its own (the header, or the body's `request_id`: then the engine tests
+    it again); take the mark out of any id the client named, so that only this check's
+    answers carry it."""
+    mark = ADMITTED_MARK.encode()
+    headers = [
+        (name, value.replace(mark, b"") if name.lower() == REQUEST_ID_HEADER else value)
+        for name, value in scope.get("headers", [])
+    ]
+    named = any(name.lower() == REQUEST_ID_HEADER for name, _ in headers)
+    body_id = payload.get("request_id")
+    if not named and admitted and body_id is None:
+        headers.append((REQUEST_ID_HEADER, f"{ADMITTED_MARK}-{uuid.uuid4().hex}".encode()))
+    elif not named and isinstance(body_id, str) and ADMITTED_MARK in body_id:
+        headers.append((REQUEST_ID_HEADER, body_id.replace(ADMITTED_MARK, "").encode()))
+    scope["headers"] = headers
 
 
 def served_tokenizer(request: Request) -> Tokenizer | None:

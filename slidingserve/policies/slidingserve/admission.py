@@ -84,11 +84,6 @@ class DecodeRoom:
         self.contexts, self.tbt = contexts, tbt
         return True
 
-    def add(self, request: Request) -> None:
-        """Take `request` as one more decode, whether or not it fits (admitted elsewhere)."""
-        self.contexts = [*self.contexts, request.prefill_target]
-        self.tbt = min(self.tbt, request.slo.tbt)
-
     def seats(self, context: int) -> int:
         """How many more decodes of `context` tokens fit (`decode_seats`)."""
         return decode_seats(self.model, self.contexts, context, self._limit(self.tbt))

@@ -109,8 +109,6 @@ class SlidingServePolicy(Policy):
         self._admission_queue = AdmissionQueue(0.0, self.rate.value / config.budget.time_margin, ())
         self.violated = ViolatedRequests()  # read with `yield_violated`
         self.overhead = StepOverhead()  # the engine's time between steps, for `_unfit`
-        # An API server in front tests each arrival and its answer stands (`admit_arrivals`)
-        self.arrivals_tested_upstream = False
         budget = config.budget
         self._reads_costs = bool(
             budget.iteration_cap or budget.release_decodes or budget.tight_cache_cap
@@ -274,12 +272,6 @@ class SlidingServePolicy(Policy):
             return None
         return self._admission_queue
 
-    def admit_arrivals(self) -> None:
-        """From now on an API server in front of the engine tests each request as it
-        arrives, against `admission_queue`, and its answer stands (`ControlsAdmission`):
-        the step a request arrives at counts it as admitted instead of testing it again."""
-        self.arrivals_tested_upstream = True
-
     def _unfit(self, view: SchedulerView) -> tuple[list[Request], Triage | None]:
         """The queue-aware admission test: the requests arrived since the last step (not
         protected, nothing computed) that do not fit, in deadline order, behind the live
@@ -288,12 +280,16 @@ class SlidingServePolicy(Policy):
         the decode slack, × the share of the engine's time that is the model's
         (`core/queue_fit.py`); nor those that would take a decode-only step, with the
         engine's time between steps, past the tightest TBT ÷ that margin (`admission.py`).
-        Also the triage of `view`, when nothing arrived (the step reuses it), else None.
-        With `arrivals_tested_upstream` every request arrived is admitted (`admit_arrivals`)."""
+        Also the triage of `view`, when nothing arrived (the step reuses it), else None. A
+        request admitted before the engine (`Request.admitted`) is not tested again: it
+        counts among the others from its first step."""
         fresh = [
             r
             for r in view.waiting
-            if r.arrival > self._last_step and not r.protected and r.phase is WAITING
+            if r.arrival > self._last_step
+            and not r.protected
+            and r.phase is WAITING
+            and not r.admitted
         ]
         established = view.without(fresh) if fresh else view
         triage = self._triaged_queue(established)
@@ -310,12 +306,7 @@ class SlidingServePolicy(Policy):
         rate *= self.overhead.model_share / margin
         new = [QueuedPrefill(r.next_deadline, r.remaining_prefill) for r in fresh]
         decodes = DecodeRoom(self.model, contexts, tbt, margin, self.overhead.seconds)
-        if self.arrivals_tested_upstream:
-            for request in fresh:
-                decodes.add(request)
-            answers = [True] * len(fresh)
-        else:
-            answers = admit_in_turn(queue, new, now, rate, lambda i: decodes.take(fresh[i]))
+        answers = admit_in_turn(queue, new, now, rate, lambda i: decodes.take(fresh[i]))
         admitted = sorted([*queue, *compress(new, answers)], key=attrgetter("deadline"))
         seats = decodes.seats(self._typical_context(kept, fresh))
         self._admission_queue = AdmissionQueue(now, rate, tuple(admitted), seats)

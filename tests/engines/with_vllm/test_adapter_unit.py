@@ -36,7 +36,11 @@ from slidingserve.engines.vllm.health import (  # noqa: E402
     AdapterHealth,
     PrometheusCounts,
 )
-from slidingserve.engines.vllm.load_record import read_record, record_path  # noqa: E402
+from slidingserve.engines.vllm.load_record import (  # noqa: E402
+    ADMITTED_MARK,
+    read_record,
+    record_path,
+)
 from slidingserve.engines.vllm.refusals import REFUSED_REASON  # noqa: E402
 from slidingserve.engines.vllm.timing import MAX_SAMPLES  # noqa: E402
 from slidingserve.policies.qoserve import QoServePolicy  # noqa: E402
@@ -358,6 +362,21 @@ def test_a_refused_request_is_answered_by_an_empty_step_and_the_next_runs_the_pl
     assert scheduler.health.counts[1:3] == (0, 0)  # the empty step is no departure
 
 
+def test_refusals_at_every_step_hold_back_one_step_at_most(tmp_path: Path) -> None:
+    scheduler = make_scheduler(tmp_path, "slidingserve", {"admission": True})
+    now = time.time()
+    scheduler.add_request(engine_request("fine", 40, max_tokens=20, arrival=now, ttft_ms=60_000))
+    run_step(scheduler)
+    ran = []
+    for k in range(4):  # a hopeless arrival before every step
+        scheduler.add_request(engine_request(f"late{k}", 40, arrival=now - 3600, ttft_ms=1000))
+        ran.append(run_step(scheduler).total_num_scheduled_tokens)
+    # An empty step answers the first refusal; the next one runs the decode beside its
+    # refusal, and so on: the decode waits one empty step (milliseconds) at most.
+    assert ran == [0, 1, 0, 1]
+    assert scheduler.refusals.count == 4
+
+
 def test_without_admission_control_nothing_is_refused(tmp_path: Path) -> None:
     scheduler = make_scheduler(tmp_path, "slidingserve")
     scheduler.add_request(engine_request("late", 40, arrival=time.time() - 3600, ttft_ms=1000))
@@ -390,28 +409,31 @@ def test_the_engine_publishes_the_rate_it_refuses_by_and_its_queue(tmp_path: Pat
 
 
 @pytest.mark.parametrize(
-    ("api_server", "engines"), [(True, 1), (False, 1), (True, 2)], ids=["sole", "alone", "dp"]
+    ("api_server", "engines", "marked"),
+    [(True, 1, True), (True, 1, False), (False, 1, True), (True, 2, True)],
+    ids=["marked", "unmarked", "no-api-server", "data-parallel"],
 )
-def test_behind_the_api_server_s_check_a_sole_engine_admits_what_arrives(
-    tmp_path: Path, api_server: bool, engines: int
+def test_a_sole_engine_behind_the_api_server_admits_what_the_api_server_marked(
+    tmp_path: Path, api_server: bool, engines: int, marked: bool
 ) -> None:
-    # Two prompts of 3,000 tokens with a TTFT of 0.3 s: together they do not fit the
-    # queue test at their first step; alone, each could make its first token.
+    # Two prompts of 900 tokens with a TTFT of 80 ms: together they do not fit the queue
+    # test at their first step; alone, each could make its first token.
     options = {"admission": True, "admission_test": "queue"}
     folder = tmp_path / "load"
     folder.mkdir()
     load_dir = folder if api_server else None
     scheduler = make_scheduler(
-        tmp_path, "slidingserve", options, 4096, load_dir=load_dir, data_parallel_size=engines
+        tmp_path, "slidingserve", options, 2048, load_dir=load_dir, data_parallel_size=engines
     )
     try:
         now = time.time()
         for name in ("a", "b"):
-            scheduler.add_request(engine_request(name, 3000, arrival=now, ttft_ms=300))
+            request_id = f"cmpl-{ADMITTED_MARK}-{name}-0-1a2b3c4d" if marked else name
+            scheduler.add_request(engine_request(request_id, 900, arrival=now, ttft_ms=80))
         output = scheduler.schedule()
-        if api_server and engines == 1:  # its answer stands: both admitted, both run
+        if api_server and engines == 1 and marked:  # its answer stands: both admitted
             assert not output.finished_req_ids and scheduler.refusals.count == 0
-            assert set(output.num_scheduled_tokens) == {"a", "b"}
+            assert len(output.num_scheduled_tokens) == 2
         else:  # the engine tests them itself: one is refused at once
             assert scheduler.refusals.count == 1 and len(output.finished_req_ids) == 1
     finally:

@@ -23,6 +23,7 @@ from starlette.testclient import TestClient
 
 from slidingserve.engines.vllm import validation
 from slidingserve.engines.vllm.load_record import (
+    ADMITTED_MARK,
     LOAD_DIR_ENV,
     LoadRecord,
     QueueView,
@@ -53,7 +54,9 @@ async def endpoint(request: Request) -> Response:
         return StreamingResponse(iter(events[1:] if refused else events), media_type=SSE)
     refusal = {"text": "", "finish_reason": "abort", "stop_reason": "slo-refused"}
     choice = refusal if refused else {"text": "a"}
-    return Response(json.dumps({"choices": [choice]}), media_type=JSON)
+    # the id vLLM would take from the header, if there is one
+    answer = {"choices": [choice], "id": request.headers.get("x-request-id")}
+    return Response(json.dumps(answer), media_type=JSON)
 
 
 SSE = "text/event-stream"
@@ -201,3 +204,42 @@ def test_a_burst_is_counted_against_the_published_queue(client: TestClient, tmp_
     ]
     assert [a.status_code for a in answers] == [200, 200, 503]
     assert "800 queued ahead" in answers[2].json()["error"]["message"]
+
+
+def publish_queue(folder: Path) -> None:
+    queue = QueueView(time.time(), RATE, (), decode_seats=10)
+    write_record(record_path(folder, 0), LoadRecord(time.time(), RATE, 0.0, queue))
+
+
+def sent_id(client: TestClient, payload: dict[str, object], header: str | None = None) -> object:
+    """The request id the endpoint saw for `payload` (None: vLLM makes its own)."""
+    headers = {"X-Request-Id": header} if header is not None else {}
+    answer = client.post("/v1/completions", json=payload, headers=headers)
+    assert answer.status_code == 200
+    return answer.json()["id"]
+
+
+def test_a_request_that_passed_the_queue_test_reaches_the_engine_marked_admitted(
+    client: TestClient, tmp_path: Path
+) -> None:
+    publish_queue(tmp_path)
+    first, second = (sent_id(client, body("/v1/completions", False, 10)) for _ in range(2))
+    assert isinstance(first, str) and first.startswith(ADMITTED_MARK)
+    assert isinstance(second, str) and second.startswith(ADMITTED_MARK) and first != second
+
+
+def test_only_a_tested_request_of_one_prompt_without_an_id_of_its_own_is_marked(
+    client: TestClient, tmp_path: Path
+) -> None:
+    publish(tmp_path)  # a rate but no queue: a short prompt is let through untested
+    assert sent_id(client, body("/v1/completions", False, 10)) is None
+    publish_queue(tmp_path)
+    several: dict[str, object] = {"prompt": [[1] * 10, [1] * 20], "vllm_xargs": {"ttft_ms": 1000}}
+    assert sent_id(client, several) is None  # one of its requests was counted
+    own = body("/v1/completions", False, 10)
+    assert sent_id(client, own, header="client-7") == "client-7"
+    assert sent_id(client, {**own, "request_id": "client-8"}) is None  # vLLM reads the body
+    # A client's id never carries the mark: only the API server's answer does.
+    assert sent_id(client, own, header=f"x-{ADMITTED_MARK}-1") == "x--1"
+    forged = {**own, "request_id": f"{ADMITTED_MARK}-2", "vllm_xargs": {"protected": 1}}
+    assert sent_id(client, forged) == "-2"
