@@ -16,11 +16,12 @@ from slidingserve.engines.vllm.overload import (
     LetThrough,
     Overload,
     Prompt,
+    Verdict,
     admission_guard,
     best_record,
-    check_overload,
     count_tokens,
     most_tokens,
+    overload_verdict,
     prompts,
     refusal_status,
     retry_after,
@@ -45,7 +46,7 @@ def make_record(rate: float = RATE, queued: float = 0.0) -> LoadRecord:
     return LoadRecord(written=0.0, prefill_rate=rate, queued_prefill_s=queued)
 
 
-def check(
+def verdict(
     payload: dict[str, Any],
     path: str = COMPLETIONS_PATH,
     records: list[LoadRecord] | None = None,
@@ -53,10 +54,10 @@ def check(
     now: float = 0.0,
     let_through: LetThrough | None = None,
     guard: float = 0.0,
-) -> Overload | None:
+) -> Verdict:
     records = [make_record()] if records is None else records
     return asyncio.run(
-        check_overload(
+        overload_verdict(
             path,
             payload,
             records,
@@ -67,6 +68,10 @@ def check(
             guard=guard,
         )
     )
+
+
+def check(payload: dict[str, Any], path: str = COMPLETIONS_PATH, **options: Any) -> Overload | None:
+    return verdict(payload, path, **options).overload
 
 
 def words(n: int) -> str:
@@ -186,6 +191,16 @@ class TestQueueDecision:
         # 600 tokens due before it: 600 + 300 in 0.9 s of its 1 s.
         record = queued((0.5, 600), (3.0, 2000))
         assert check({"prompt": [1] * 300}, records=[record]) is None
+
+    def test_only_a_request_of_one_prompt_that_fits_the_queue_is_admitted(self) -> None:
+        record = queued((0.5, 600), (3.0, 2000))
+        assert verdict({"prompt": [1] * 300}, records=[record]) == Verdict(None, admitted=True)
+        several = verdict({"prompt": [[1] * 300, [1] * 200]}, records=[record])
+        assert several == Verdict(None, admitted=False)  # runs as two, one counted
+        refused = verdict({"prompt": [1] * 500}, records=[record])
+        assert refused.overload is not None and not refused.admitted
+        untested = verdict({"prompt": [1] * 300})  # a rate, no queue: nothing to fit
+        assert untested == Verdict(None, admitted=False)
 
     def test_one_that_would_finish_late_behind_it_is_refused(self) -> None:
         record = queued((0.5, 600), (3.0, 2000))

@@ -272,7 +272,7 @@ class LetThrough:
         return [entry for at, entry in self._entries if at > seen]
 
     def forget_before(self, seen: float) -> None:
-        """Forget the requests let through by `seen` (wall clock): `check_overload` passes
+        """Forget the requests let through by `seen` (wall clock): `overload_verdict` passes
         the oldest queue's `seen`, which holds them all, or `MAX_AGE` ago if later (an idle
         engine, not scheduling, does not see its queue anew)."""
         while self._entries and self._entries[0][0] <= seen:
@@ -292,24 +292,6 @@ class Verdict(NamedTuple):
 
 
 LET_THROUGH_UNTESTED = Verdict(None)
-
-
-async def check_overload(
-    path: str,
-    payload: Mapping[str, Any],
-    records: Sequence[LoadRecord],
-    defaults: SLODefaults,
-    tokenizer: Tokenizer | None,
-    clock: Callable[[], float] = time.time,
-    let_through: LetThrough | None = None,
-    guard: float = 0.0,
-) -> Overload | None:
-    """Why the request (`path`, parsed JSON `payload` whose SLO is valid) must be refused
-    given the engines' fresh `records`, or None to let it through (`overload_verdict`)."""
-    verdict = await overload_verdict(
-        path, payload, records, defaults, tokenizer, clock, let_through, guard
-    )
-    return verdict.overload
 
 
 async def overload_verdict(
