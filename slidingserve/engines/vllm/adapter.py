@@ -285,18 +285,16 @@ class SlidingServeScheduler(Scheduler):  # type: ignore[misc]
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         now = self.timer.step_started()
         plan = self._plan(now)
-        answers_only = self._answers_first(plan)
-        if answers_only:
+        if self.load is not None:
+            self._update_load(self.load)
+        if self._answers_first(plan):
             # The refusals' answers leave with an empty step, not after a model step; the
             # plan is made anew at the next step, a few milliseconds on.
             plan = Plan(path=ANSWERS_ONLY_PATH, refused=plan.refused)
-        self.last_plan = plan
-        if self.load is not None:
-            self._update_load(self.load)
-        if answers_only:
             self.imposer.hold()
         else:
             self.imposer.impose(plan)
+        self.last_plan = plan
         self.timer.vllm_started()
         output = super().schedule(*args, **kwargs)
         self.timer.vllm_done()
