@@ -171,10 +171,11 @@ async def slo_middleware(
     """ASGI HTTP middleware: a completion request with a bad SLO in its `vllm_xargs` (or a
     `seed` the engine cannot take) gets a 400 with an OpenAI-style error body, one the
     engine cannot serve in time a 503 or 429 (`overload.py`), and so does one the engine
-    refuses itself (`refused_answers.py`); every other request goes through unchanged
-    (while the engine cores publish their load, its status leaves with its first token).
-    The module docstring lists every case."""
+    refuses itself (`refused_answers.py`); every other request goes through unchanged but
+    for its id (`mark_admitted`; while the engine cores publish their load, its status
+    leaves with its first token). The module docstring lists every case."""
     if request.method != "POST" or request.url.path not in COMPLETION_PATHS:
+        mark_admitted(request.scope, {}, admitted=False)  # no client's id carries the mark
         return await call_next(request)
     payload = _payload(await request.body())
     refusal = None if payload is None else _refusal(payload)

@@ -35,6 +35,7 @@ from slidingserve.engines.vllm.runtime import SLO_DEFAULTS_ENV
 from slidingserve.engines.vllm.validation import slo_middleware
 
 PATHS = ["/v1/completions", "/v1/chat/completions"]
+OTHER_PATH = "/inference/v1/generate"  # another endpoint that reaches the engine
 RATE = 1000.0  # tokens per second: a TTFT of 100 ms leaves time for 100 tokens
 
 
@@ -81,7 +82,8 @@ def make_client(monkeypatch: pytest.MonkeyPatch, folder: Path, status: str | Non
     monkeypatch.setenv(LOAD_DIR_ENV, str(folder))
     if status is not None:
         monkeypatch.setenv(REFUSAL_STATUS_ENV, status)
-    app = Starlette(routes=[Route(path, endpoint, methods=["POST"]) for path in PATHS])
+    routes = [Route(path, endpoint, methods=["POST"]) for path in [*PATHS, OTHER_PATH]]
+    app = Starlette(routes=routes)
     app.add_middleware(BaseHTTPMiddleware, dispatch=slo_middleware)  # as vLLM's --middleware
     app.state.engine_client = SimpleNamespace(renderer=SimpleNamespace(tokenizer=WordTokenizer()))
     monkeypatch.setattr(validation, "LET_THROUGH", LetThrough())  # each test its own count
@@ -243,3 +245,5 @@ def test_only_a_tested_request_of_one_prompt_without_an_id_of_its_own_is_marked(
     assert sent_id(client, own, header=f"x-{ADMITTED_MARK}-1") == "x--1"
     forged = {**own, "request_id": f"{ADMITTED_MARK}-2", "vllm_xargs": {"protected": 1}}
     assert sent_id(client, forged) == "-2"
+    elsewhere = client.post(OTHER_PATH, json=own, headers={"X-Request-Id": f"{ADMITTED_MARK}-3"})
+    assert elsewhere.json()["id"] == "-3"
