@@ -36,7 +36,10 @@ one-line message and `param` naming the field at fault):
 - a request let through that the engine refuses: the same answer in place of the
   endpoint's 200 without a token (`refused_answers.py`; while the engine cores publish
   their load, a streamed response's status leaves with its first token);
-- anything else: passed on unchanged.
+- a request of one prompt let through after the queue test, with no id of its own: passed
+  on with an `X-Request-Id` holding `ADMITTED_MARK` (`mark_admitted`, `overload.py`);
+- anything else: passed on unchanged, but for the mark taken out of an id its client named
+  (on every endpoint).
 
 The defaults fill in what a request leaves out; they come from `SLO_DEFAULTS_ENV`, set by the
 launcher, and only matter here as far as a request's SLO is checked with them.
