@@ -38,6 +38,7 @@ from slidingserve.engines.vllm.health import (  # noqa: E402
 )
 from slidingserve.engines.vllm.load_record import (  # noqa: E402
     ADMITTED_MARK,
+    LoadRecord,
     read_record,
     record_path,
 )
@@ -385,6 +386,20 @@ def test_without_admission_control_nothing_is_refused(tmp_path: Path) -> None:
     assert scheduler.refusals.count == 0
 
 
+def latest_record(path: Path, written: LoadRecord, wait: float = 2.0) -> LoadRecord:
+    """The record at `path` once it holds the figures of `written`, or the last one read
+    after `wait` seconds. The publisher's thread may have read the figures before they
+    changed and write them after `written` was: its next writing, 50 ms on, has the new
+    ones."""
+    deadline = time.monotonic() + wait
+    while True:
+        read = read_record(path, time.time())
+        assert read is not None
+        if replace(read, written=written.written) == written or time.monotonic() > deadline:
+            return read
+        time.sleep(0.01)
+
+
 def test_the_engine_publishes_the_rate_it_refuses_by_and_its_queue(tmp_path: Path) -> None:
     folder = tmp_path / "load"
     folder.mkdir()
@@ -397,8 +412,8 @@ def test_the_engine_publishes_the_rate_it_refuses_by_and_its_queue(tmp_path: Pat
         run_step(scheduler)  # which starts with 472 left
         assert scheduler.load is not None
         record = scheduler.load.publish()
-        read = read_record(record_path(folder, 0), time.time())
-        assert record is not None and read is not None
+        assert record is not None
+        read = latest_record(record_path(folder, 0), record)
         # The publisher's thread may have written again since: the same record, later.
         assert replace(read, written=record.written) == record and read.written >= record.written
         assert record.prefill_rate == rate
