@@ -40,6 +40,9 @@ class KVView(Protocol):
     def num_free(self) -> int: ...
 
     @property
+    def num_blocks(self) -> int: ...  # the blocks requests can hold, free or not
+
+    @property
     def block_size(self) -> int: ...
 
     def held(self, request: Request) -> int: ...

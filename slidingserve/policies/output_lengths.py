@@ -14,8 +14,11 @@ from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from typing import TYPE_CHECKING, TypeVar
 
+import numpy as np
+import numpy.typing as npt
+
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
     from slidingserve.core.request import Request
 
@@ -53,6 +56,9 @@ class OutputLengths:
         self._ordered: list[int] = []  # the same lengths, ascending
         self._total = 0  # their sum
         self._running: dict[str, Request] = {}
+        # `_ordered` as an array and the sums of its tails (`remaining_each`), built when
+        # read after a change
+        self._table: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None
 
     def observe(self, running: Iterable[Request], waiting: Iterable[Request]) -> None:
         """Fold in the requests that were running and are now in neither queue (they
@@ -71,6 +77,7 @@ class OutputLengths:
         self.lengths.append(length)
         insort(self._ordered, length)
         self._total += length
+        self._table = None
 
     @property
     def mean(self) -> float:
@@ -92,3 +99,25 @@ class OutputLengths:
         if tail < MIN_TAIL:
             return self._total / len(ordered)
         return sum(ordered[first:]) / tail - generated
+
+    def remaining_each(self, generated: Sequence[int]) -> npt.NDArray[np.float64]:
+        """`remaining` of each count in `generated`, the same figures, in one pass."""
+        counts = np.asarray(generated, dtype=np.int64)
+        size = len(self.lengths)
+        if size < MIN_SAMPLES:
+            return np.full(counts.shape, float(self.prior))
+        ordered, tails = self._tail_sums()
+        first = np.searchsorted(ordered, counts, side="right")
+        tail = size - first
+        beyond = tails[first] / np.maximum(tail, 1) - counts
+        return np.where(tail < MIN_TAIL, self._total / size, beyond)
+
+    def _tail_sums(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """The lengths ascending and, at each index i, the sum of those from i on (one
+        more entry, 0, past the end)."""
+        if self._table is None:
+            ordered = np.array(self._ordered, dtype=np.int64)
+            tails = np.zeros(ordered.size + 1, dtype=np.int64)
+            tails[:-1] = np.cumsum(ordered[::-1])[::-1]
+            self._table = (ordered, tails)
+        return self._table

@@ -107,6 +107,11 @@ class VllmKV:
         return int(self._scheduler.kv_cache_manager.block_pool.get_num_free_blocks())
 
     @property
+    def num_blocks(self) -> int:
+        # vLLM keeps one block of its pool as the null block, which no request holds
+        return int(self._scheduler.kv_cache_manager.block_pool.num_gpu_blocks) - 1
+
+    @property
     def block_size(self) -> int:
         return int(self._scheduler.block_size)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slidingserve.core.checks import require_int
+from slidingserve.core.checks import require_int, require_number
 from slidingserve.policies.slidingserve.budget import BudgetConfig, FixedSplit
 from slidingserve.policies.slidingserve.constructor import ConstructorConfig
 from slidingserve.policies.slidingserve.ordering import MlpsOrder, Ordering
@@ -46,6 +46,9 @@ class SlidingServeConfig:
     # a waiting request starts only when its whole prefill fits in the KV cache
     # (whole_prefills.py)
     whole_prefills: bool = False
+    # > 0: a waiting request starts only while the blocks it and the running requests are
+    # forecast to hold stay within this share of the cache (kv_forecast.py); 0: off
+    kv_forecast: float = 0.0
     record_decisions: bool = True  # keep a DecisionRecord per iteration
 
     def __post_init__(self) -> None:
@@ -67,6 +70,7 @@ class SlidingServeConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         require_int("kv_headroom", self.kv_headroom, minimum=0)
+        require_number("kv_forecast", self.kv_forecast, 0)
         if self.admission_test not in ADMISSION_TESTS:
             known = ", ".join(ADMISSION_TESTS)
             raise ValueError(f"unknown admission_test {self.admission_test!r}; known: {known}")

@@ -46,6 +46,7 @@ SHARED = (
     "yield_violated",
     "kv_headroom",
     "whole_prefills",
+    "kv_forecast",
     "record_decisions",
 )
 
@@ -140,6 +141,7 @@ def flatten(config: SlidingServeConfig) -> dict[str, Any]:
         "yield_violated": config.yield_violated,
         "kv_headroom": config.kv_headroom,
         "whole_prefills": config.whole_prefills,
+        "kv_forecast": config.kv_forecast,
         "record_decisions": config.record_decisions,
         "overload": "none",
         "batch_constructor": config.constructor is not None,

@@ -39,6 +39,7 @@ from slidingserve.policies.slidingserve.headroom import (
     cache_is_tight,
     with_headroom,
 )
+from slidingserve.policies.slidingserve.kv_forecast import forecast_startable
 from slidingserve.policies.slidingserve.options import compose
 from slidingserve.policies.slidingserve.ordering import EdfOrder, edf_queue, sort_queue
 from slidingserve.policies.slidingserve.release import (
@@ -102,7 +103,8 @@ class SlidingServePolicy(Policy):
         self.triage = QueueTriage(config.triage) if config.triage else None
         # Arrivals of prompt tokens, for the decode release's forecast
         self.demand = PromptDemand()
-        # Output lengths of the requests that have left, for the forecast's horizon
+        # Output lengths of the requests that have left: the decode release's horizon and
+        # the KV forecast's
         self.outputs = OutputLengths(SHAREGPT_MEAN_OUTPUT)
         self._last_step = -math.inf  # `now` of the latest step: later arrivals are new
         # what `_unfit` saw last; before the first step, an empty queue at the seed rate
@@ -127,6 +129,7 @@ class SlidingServePolicy(Policy):
     def schedule(self, view: SchedulerView) -> Plan:
         if self.config.budget.release_decodes:
             self.demand.observe(view.now, view.waiting)
+        if self.config.budget.release_decodes or self.config.kv_forecast:
             self.outputs.observe(view.running, view.waiting)
         watch = Stopwatch(self.model, timing=self.config.record_decisions)
         if self.config.admission_test == "queue":
@@ -170,6 +173,8 @@ class SlidingServePolicy(Policy):
         queue = watch.run("order", lambda: self._sorted_queue(view, triage))
         if self.config.whole_prefills:
             queue = startable_queue(queue, view)
+        if self.config.kv_forecast:
+            queue = forecast_startable(queue, view, self.outputs, self.config.kv_forecast)
         budget = self.config.budget
         contexts = [r.num_computed for r in view.decoding]  # u_i of each decode
         costs = self._decode_costs(contexts) if contexts and self._reads_costs else None
