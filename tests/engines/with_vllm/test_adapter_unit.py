@@ -331,6 +331,26 @@ def test_with_whole_prefills_a_prompt_that_cannot_fit_whole_waits_for_the_decode
     assert scheduler.health.counts[1:3] == (0, 0)
 
 
+@pytest.mark.parametrize("forecast", [1.0, 0.0])
+def test_with_the_kv_forecast_a_request_that_fits_now_waits_for_the_decode(
+    tmp_path: Path, forecast: float
+) -> None:
+    # 19 usable blocks of 16 tokens. Before any request has left, each is expected to emit
+    # 439 tokens: "d" alone is forecast to outgrow the cache, so "short" (3 blocks, which
+    # fit today) waits for it to finish.
+    scheduler = make_scheduler(tmp_path, "slidingserve", {"kv_forecast": forecast}, blocks=20)
+    assert scheduler.kv_view.num_blocks == 19  # vLLM's pool less its null block
+    now = time.time()
+    scheduler.add_request(engine_request("d", 40, max_tokens=20, arrival=now))
+    assert dict(run_step(scheduler).num_scheduled_tokens) == {"d": 40}
+    scheduler.add_request(engine_request("short", 40, arrival=now, ttft_ms=60_000))
+    scheduled = dict(run_step(scheduler).num_scheduled_tokens)
+    assert scheduled == ({"d": 1} if forecast else {"d": 1, "short": 40})
+    list(steps(scheduler, limit=200))
+    assert not scheduler.has_requests()
+    assert scheduler.health.counts[1:3] == (0, 0)
+
+
 # -- admission control -------------------------------------------------------------------
 
 
