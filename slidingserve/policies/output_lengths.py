@@ -100,6 +100,13 @@ class OutputLengths:
             return self._total / len(ordered)
         return sum(ordered[first:]) / tail - generated
 
+    def most_remaining(self) -> float:
+        """Tokens no request is expected still to emit more than (`remaining` is never
+        above it): the prior before `MIN_SAMPLES` have left, then the longest length seen."""
+        if len(self.lengths) < MIN_SAMPLES:
+            return self.prior
+        return float(self._ordered[-1])
+
     def remaining_each(self, generated: Sequence[int]) -> npt.NDArray[np.float64]:
         """`remaining` of each count in `generated`, the same figures, in one pass."""
         counts = np.asarray(generated, dtype=np.int64)

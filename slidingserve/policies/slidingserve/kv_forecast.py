@@ -27,7 +27,7 @@ the requests kept ahead hold more prefill than a step can run (no later one can 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -35,63 +35,14 @@ import numpy.typing as npt
 from slidingserve.core.request import DECODING, WAITING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from slidingserve.core.request import Request
     from slidingserve.core.view import SchedulerView
     from slidingserve.policies.output_lengths import OutputLengths
 
 FloatArray = npt.NDArray[np.float64]
 ROUNDING = 0.5  # blocks: a request's last block is half full on average
-
-
-class Occupancy:
-    """The forecast blocks of a set of requests, each (c tokens held after this step, R
-    steps still to run); queried at the steps where the peak can be (module docstring)."""
-
-    def __init__(self, contexts: FloatArray, steps: FloatArray, block_size: int) -> None:
-        order = np.argsort(steps, kind="stable")
-        self._steps = steps[order]  # ascending
-        self._block_size = block_size
-        tails = np.zeros(steps.size + 1)
-        tails[:-1] = np.cumsum(contexts[order][::-1])[::-1]
-        self._context_tails = tails  # at i: the contexts of the requests from i on, summed
-        self._added: list[tuple[float, float]] = []  # (c, R) of each request added since
-        # the steps where the peak can be, and the occupancy there
-        self._at = np.concatenate(([0.0], np.maximum(self._steps - 1, 0)))
-        first = np.searchsorted(self._steps, self._at, side="right")  # those still running
-        alive = self._steps.size - first
-        self._blocks = (tails[first] + alive * self._at) / block_size + alive * ROUNDING
-
-    def peak_with(self, context: float, steps: float) -> float:
-        """The forecast peak, in blocks, with a request of `context` tokens and `steps`
-        steps to run added."""
-        own = np.where(self._at < steps, (context + self._at) / self._block_size + ROUNDING, 0.0)
-        last = steps - 1
-        at_its_end = self.blocks_at(last) + (context + last) / self._block_size + ROUNDING
-        return max(float(np.max(self._blocks + own)), at_its_end)
-
-    def add(self, context: float, steps: float) -> None:
-        """Take a request of `context` tokens and `steps` steps to run into the forecast."""
-        last = steps - 1
-        at_its_end = self.blocks_at(last) + (context + last) / self._block_size + ROUNDING
-        own = np.where(self._at < steps, (context + self._at) / self._block_size + ROUNDING, 0.0)
-        self._blocks = np.append(self._blocks + own, at_its_end)
-        self._at = np.append(self._at, last)
-        self._added.append((context, steps))
-
-    def blocks_at(self, step: float) -> float:
-        """The forecast occupancy `step` steps from now, in blocks."""
-        blocks = self._base(step)
-        for context, steps in self._added:
-            if step < steps:
-                blocks += (context + step) / self._block_size + ROUNDING
-        return blocks
-
-    def _base(self, step: float) -> float:
-        """The occupancy of the requests the forecast was made with, `step` steps on."""
-        first = int(np.searchsorted(self._steps, step, side="right"))  # those still running
-        alive = self._steps.size - first
-        tokens = self._context_tails[first] + alive * step
-        return float(tokens / self._block_size + alive * ROUNDING)
 
 
 def forecast_startable(
@@ -101,32 +52,107 @@ def forecast_startable(
     may not start this step under the forecast (module docstring); `queue` itself when
     every one may. `lengths`: the output lengths learned so far; `share` (> 0): the part of
     the cache's blocks the forecast peak may reach."""
+    positions = _within_reach(queue, view.limits.max_num_batched_tokens)
+    if not positions:
+        return queue
     kv = view.kv
     limit = share * kv.num_blocks
     running = view.running
-    occupancy = Occupancy(
-        np.array([held_after_step(r) for r in running], dtype=np.float64),
-        np.ceil(np.maximum(lengths.remaining_each([r.num_generated for r in running]), 1.0)),
-        kv.block_size,
+    held = held_after_step(running)
+    waiting = [queue[p] for p in positions]
+    prompts = [r.prefill_target for r in waiting]
+    if _most_blocks(held, prompts, lengths.most_remaining(), kv.block_size) <= limit:
+        return queue  # even if every request ran to the longest output, the cache holds
+    refused = first_over(
+        Forecast(
+            np.array(held, dtype=np.float64),
+            _steps(lengths, [r.num_generated for r in running]),
+            kv.block_size,
+        ),
+        np.array(prompts, dtype=np.float64),
+        _steps(lengths, [r.num_generated for r in waiting]),
+        limit,
+        first_free=not running,
     )
-    step_tokens = view.limits.max_num_batched_tokens
-    ahead = 0  # prefill tokens of the requests kept so far
+    if refused is None:
+        return queue
+    cut = positions[refused]
+    return queue[:cut] + [r for r in queue[cut:] if r.phase is not WAITING]
+
+
+class Forecast(NamedTuple):
+    """Requests as the forecast sees them: tokens held after this step, steps to run."""
+
+    contexts: FloatArray
+    steps: FloatArray  # whole steps, at least 1
+    block_size: int
+
+
+def first_over(
+    running: Forecast,
+    contexts: FloatArray,
+    steps: FloatArray,
+    limit: float,
+    *,
+    first_free: bool = False,
+) -> int | None:
+    """The index of the first of the candidates (`contexts`, `steps`, in the queue's order)
+    whose start, after those before it, takes the forecast peak of `running` and them above
+    `limit` blocks; None if none does. `first_free`: the first candidate starts whatever the
+    peak (nothing runs), and counts for the others.
+
+    The occupancy is evaluated at step 0 and at each request's last step, which holds
+    every peak (it grows between departures); a point where some candidate not yet added
+    has its last step is a value the occupancy takes, so evaluating every candidate at
+    every such point finds the same peaks."""
+    size = running.block_size
+    at = np.concatenate(([0.0], running.steps - 1, steps - 1))
+    order = np.argsort(running.steps)
+    ordered_steps = running.steps[order]
+    tails = np.zeros(ordered_steps.size + 1)
+    tails[:-1] = np.cumsum(running.contexts[order][::-1])[::-1]
+    first = np.searchsorted(ordered_steps, at, side="right")  # running ones alive at `at`
+    alive = ordered_steps.size - first
+    base = (tails[first] + alive * at) / size + alive * ROUNDING
+    own = np.where(at < steps[:, None], (contexts[:, None] + at) / size + ROUNDING, 0.0)
+    peaks = (base + np.cumsum(own, axis=0)).max(axis=1)
+    over = np.flatnonzero(peaks > limit)
+    if first_free:
+        over = over[over > 0]
+    return int(over[0]) if over.size else None
+
+
+def _within_reach(queue: list[Request], step_tokens: int) -> list[int]:
+    """The positions in `queue` of the waiting requests that could start this step: those
+    before the requests kept ahead hold more prefill than a step can run."""
+    positions = []
+    ahead = 0  # prefill tokens of the requests before
     for position, request in enumerate(queue):
         if ahead >= step_tokens:
-            return queue
+            break
         if request.phase is WAITING:
-            context = float(request.prefill_target)
-            steps = float(np.ceil(max(lengths.remaining(request.num_generated), 1.0)))
-            if occupancy.peak_with(context, steps) > limit and (running or position):
-                return queue[:position] + [r for r in queue[position:] if r.phase is not WAITING]
-            occupancy.add(context, steps)
+            positions.append(position)
         ahead += request.remaining_prefill
-    return queue
+    return positions
 
 
-def held_after_step(request: Request) -> int:
-    """Tokens `request` is taken to hold once this step has run: a decode its context and
-    its next token, a prefill its whole prompt."""
-    if request.phase is DECODING:
-        return request.num_computed + 1
-    return request.prefill_target
+def _steps(lengths: OutputLengths, generated: list[int]) -> FloatArray:
+    """Whole steps each request is expected still to run, at least 1."""
+    steps: FloatArray = np.ceil(np.maximum(lengths.remaining_each(generated), 1.0))
+    return steps
+
+
+def _most_blocks(held: list[int], prompts: list[int], longest: float, block_size: int) -> float:
+    """A bound on the forecast peak: every request at its context grown by `longest`."""
+    count = len(held) + len(prompts)
+    return (sum(held) + sum(prompts) + count * longest) / block_size + count * ROUNDING
+
+
+def held_after_step(requests: Sequence[Request]) -> list[int]:
+    """Tokens each of `requests` (running) is taken to hold once this step has run: a
+    decode its context and its next token, a prefill its whole prompt (one pass, no call
+    per request: the forecast reads every running request at every step)."""
+    return [
+        r.num_computed + 1 if r.phase is DECODING else r.prompt_len + r.num_generated
+        for r in requests
+    ]
