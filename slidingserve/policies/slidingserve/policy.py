@@ -144,11 +144,12 @@ class SlidingServePolicy(Policy):
                 refused += unfit
                 view = view.without(unfit)
         self._last_step = view.now
+        unyielded = None  # the view before violated decodes yielded, when they did
         if self.config.yield_violated:
-            view = self.violated.yielding(view)
-        if self.config.kv_headroom:
-            view = with_headroom(view, self.config.kv_headroom)
-        plan = self._decide(view, watch, triage)
+            yielded = self.violated.yielding(view)
+            if yielded is not view:
+                unyielded, view = view, yielded
+        plan = self._decide(self._with_headroom(view), watch, triage, unyielded)
         if self.config.preempt_lost_first:
             put_lost_last(plan, view.now)
         plan.refused = refused
@@ -166,15 +167,27 @@ class SlidingServePolicy(Policy):
             return lost_first_victim(running, now)
         return super().preemption_victim(running, now)
 
-    def _decide(self, view: SchedulerView, watch: Stopwatch, triage: Triage | None) -> Plan:
+    def _with_headroom(self, view: SchedulerView) -> SchedulerView:
+        if self.config.kv_headroom:
+            return with_headroom(view, self.config.kv_headroom)
+        return view
+
+    def _decide(
+        self,
+        view: SchedulerView,
+        watch: Stopwatch,
+        triage: Triage | None,
+        unyielded: SchedulerView | None = None,
+    ) -> Plan:
         """Order (and triage) the queue, unless `triage` is that of `view` already; the
         BatchConstructor's plan if a prefill is at risk and its selection can be granted in
-        full; else the SlidingChunker's."""
+        full; else the SlidingChunker's. `unyielded`: `view` before violated decodes yielded
+        to live requests, planned instead when the start rules let none of those start."""
         queue = watch.run("order", lambda: self._sorted_queue(view, triage))
-        if self.config.whole_prefills:
-            queue = startable_queue(queue, view)
-        if self.config.kv_forecast:
-            queue = forecast_startable(queue, view, self.outputs, self.config.kv_forecast)
+        if self.config.whole_prefills or self.config.kv_forecast:
+            queue = self._startable(queue, view)
+            if unyielded is not None and not self.violated.any_live(queue):
+                return self._decide(self._with_headroom(unyielded), watch, triage)
         budget = self.config.budget
         contexts = [r.num_computed for r in view.decoding]  # u_i of each decode
         costs = self._decode_costs(contexts) if contexts and self._reads_costs else None
@@ -210,6 +223,15 @@ class SlidingServePolicy(Policy):
             self.constructor_fallbacks += 1
             plan.path += FALLBACK_SUFFIX
         return plan
+
+    def _startable(self, queue: list[Request], view: SchedulerView) -> list[Request]:
+        """`queue` without the waiting requests the start rules keep from starting this
+        step (`whole_prefills`, `kv_forecast`)."""
+        if self.config.whole_prefills:
+            queue = startable_queue(queue, view)
+        if self.config.kv_forecast:
+            queue = forecast_startable(queue, view, self.outputs, self.config.kv_forecast)
+        return queue
 
     def _tight_cap_applies(self, view: SchedulerView, decode_time: float) -> bool:
         """Whether `tight_cache_cap` is the cap in force at this step: it is set, the KV

@@ -8,7 +8,10 @@ slack of the decodes still on time, and requests that could still make their fir
 miss it. With this option a violated request's decode is left out of the iteration while
 some request that has missed no deadline waits for its prefill. It keeps its blocks and
 runs again when no live request waits; when the cache runs short, `preempt_lost_first`
-takes lost requests first, as before.
+takes lost requests first, as before. Where a start rule (`whole_prefills`, `kv_forecast`)
+keeps every live waiting request from starting this step and no live request is
+prefilling, the violated decodes run after all (`SlidingServePolicy._decide`): the blocks
+they hold are what the rule waits for, so yielding would only hold both back.
 
 A request is known violated once its next token's deadline has passed at the start of a
 step (that token will be late) or its first token came after its first-token deadline.
@@ -53,6 +56,11 @@ class ViolatedRequests:
         if len(ids) > 2 * present + _PRUNE_SLACK:
             ids.intersection_update(r.request_id for r in (*view.running, *view.waiting))
 
+    def any_live(self, requests: Iterable[Request]) -> bool:
+        """Whether some of `requests` is not known to violate."""
+        ids = self._ids
+        return any(r.request_id not in ids for r in requests)
+
     def yielding(self, view: SchedulerView) -> SchedulerView:
         """`view` after `observe`, without its violated decodes when a live request waits
         for prefill; `view` itself otherwise."""
@@ -61,9 +69,7 @@ class ViolatedRequests:
         if not ids:
             return view
         gone = {id(r) for r in view.decoding if r.request_id in ids}
-        if not gone or not any(
-            r.request_id not in ids for queue in (view.prefilling, view.waiting) for r in queue
-        ):
+        if not gone or not (self.any_live(view.prefilling) or self.any_live(view.waiting)):
             return view
         blocks = view.decode_reserve()
         # Still running: they keep their seats (max_num_seqs) and the blocks of their next

@@ -184,6 +184,19 @@ def test_the_policy_holds_back_what_the_forecast_refuses() -> None:
     assert [c.request.request_id for c in forecast.chunks] == ["d0", "d1"]
 
 
+def test_a_violated_decode_runs_when_the_forecast_lets_no_live_request_start() -> None:
+    late = make_decoding("late", prompt=320, generated=1)  # first token due at 1 s
+    waiting = make_request("w", arrival=3599.0, prompt=10 * BLOCK, ttft=30.0)
+    policy = make_slidingserve(kv_forecast=1.0)
+    # With room for the live request, the violated decode yields to it.
+    roomy, _ = make_view(now=3600.0, running=[late], waiting=[waiting], kv_blocks=100_000)
+    assert [c.request.request_id for c in policy.schedule(roomy).chunks] == ["w"]
+    # Where the forecast holds the live request back, yielding would stall both: the
+    # violated decode runs, and finishing it frees what the live request waits for.
+    tight, _ = make_view(now=3600.0, running=[late], waiting=[waiting], kv_blocks=40)
+    assert [c.request.request_id for c in policy.schedule(tight).chunks] == ["late"]
+
+
 def test_where_the_cache_binds_it_spares_preemptions() -> None:
     """The A100 with 40% of its memory, ShareGPT past its goodput: the design preempts
     dozens of times."""
