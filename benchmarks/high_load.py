@@ -14,11 +14,12 @@ best baseline on that seed), and runs every policy at each factor × that rate. 
 workload and factor, each policy's violating fraction (mean over seeds), its per-seed ratio
 to the best baseline's fraction at the same rate (the lower of the baselines' on each seed)
 with a 95% interval (`*` where the interval excludes 1), and its preemptions (mean over
-seeds). `--baselines` may name labels set with `--set` (e.g. `scorpio#chunked` with
-`--set scorpio#chunked.chunked_prefill=true`); so may `--candidates`, the policies measured
-against them. `--with-admission` adds `slidingserve` with
-admission control on (`slidingserve#admission`): what refusing the hopeless at once buys
-the others.
+seeds); each candidate after the first also gets its per-seed difference from the first
+candidate's violating fraction, with a 95% interval (`*` where it excludes 0).
+`--baselines` may name labels set with `--set` (e.g. `scorpio#chunked` with `--set
+scorpio#chunked.chunked_prefill=true`); so may `--candidates`, the policies measured
+against them. `--with-admission` adds `slidingserve` with admission control on
+(`slidingserve#admission`): what refusing the hopeless at once buys the others.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 from slidingserve.cli.settings import with_assignments
 from slidingserve.eval.experiment import GoodputExperiment, run_searches
 from slidingserve.eval.pool import task_pool
-from slidingserve.eval.ratios import ratio_interval
+from slidingserve.eval.ratios import difference_interval, ratio_interval
 from slidingserve.sim.calibration import calibrate
 from slidingserve.sim.hardware import parse_hardware
 from slidingserve.sim.runner import SimulationResult, simulate
@@ -101,14 +102,22 @@ def report_factor(
         return results[(policy, workload, factor, seed)].violations.overall
 
     floor = [min(late(b, i) for b in baselines) for i in range(len(seeds))]
-    print(f"  at {factor:g}×: violating fraction, ÷ the best baseline's, preemptions")
+    first = policies[0]
+    print(
+        f"  at {factor:g}×: violating fraction, ÷ the best baseline's, preemptions"
+        f" (candidates: − {first}'s fraction)"
+    )
     for p in policies:
         mine = [late(p, i) for i in range(len(seeds))]
         ratios = [m / b for m, b in zip(mine, floor, strict=True) if b > 0]
         preempted = [results[(p, workload, factor, i)].num_preemptions for i in range(len(seeds))]
+        against = ""
+        if p != first and p not in baselines:
+            differences = [m - late(first, i) for i, m in enumerate(mine)]
+            against = f"   {difference_interval(differences).format()}"
         print(
             f"    {p:24s} {statistics.fmean(mine):6.3f}   "
-            f"{ratio_interval(ratios).format():24s} {statistics.fmean(preempted):8.1f}"
+            f"{ratio_interval(ratios).format():24s} {statistics.fmean(preempted):8.1f}{against}"
         )
 
 

@@ -83,6 +83,45 @@ def ratio_interval(
     return RatioInterval(mean, low, high, values)
 
 
+@dataclass(frozen=True, slots=True)
+class DifferenceInterval:
+    """The mean of per-seed differences and its confidence interval (NaN bounds below 2
+    seeds): for figures that can be 0 on a seed, where a ratio is undefined."""
+
+    mean: float
+    low: float
+    high: float
+
+    @property
+    def significant(self) -> bool:
+        """Whether the interval excludes 0 (a NaN bound never does)."""
+        return self.low > 0 or self.high < 0
+
+    def format(self) -> str:
+        """`+0.012 [−0.020, +0.044]`, with `*` after it when significant."""
+        if math.isnan(self.low):
+            return "n/a" if math.isnan(self.mean) else f"{self.mean:+.3f}"
+        mark = " *" if self.significant else ""
+        return f"{self.mean:+.3f} [{self.low:+.3f}, {self.high:+.3f}]{mark}"
+
+
+def difference_interval(
+    differences: Sequence[float], confidence: float = CONFIDENCE
+) -> DifferenceInterval:
+    """Mean of per-seed `differences` with a two-sided Student-t interval at `confidence`."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    values = tuple(differences)
+    if not values:
+        return DifferenceInterval(math.nan, math.nan, math.nan)
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return DifferenceInterval(mean, math.nan, math.nan)
+    quantile = float(stats.t.ppf(0.5 + confidence / 2, len(values) - 1))
+    half = quantile * statistics.stdev(values) / math.sqrt(len(values))
+    return DifferenceInterval(mean, mean - half, mean + half)
+
+
 def per_seed_ratios(values: Sequence[float], reference: Sequence[float]) -> list[float]:
     """values[i] / reference[i] for every seed where the reference's goodput is positive."""
     if len(values) != len(reference):

@@ -16,6 +16,7 @@ from slidingserve.eval.experiment import (
 from slidingserve.eval.ratios import (
     best_static_ratios,
     compared_families,
+    difference_interval,
     goodput_ratios,
     per_seed_ratios,
     ratio_interval,
@@ -60,6 +61,20 @@ def test_a_bound_next_to_one_shows_which_side_it_is_on() -> None:
     # would show on the wrong side of 1.
     near = ratio_interval([0.989, 0.991, 0.993])
     assert near.format() == "0.991 [0.986, 0.996] *"
+
+
+def test_interval_of_three_differences() -> None:
+    # Mean 0.02, sample std 0.01: half-width 4.3027 × 0.01 / √3 = 0.02484, so it spans 0.
+    interval = difference_interval([0.01, 0.03, 0.02])
+    assert interval.mean == pytest.approx(0.02)
+    assert interval.high == pytest.approx(0.02 + T_975_2 * 0.01 / math.sqrt(3))
+    assert not interval.significant
+    assert interval.format() == "+0.020 [-0.005, +0.045]"
+    below = difference_interval([-0.05, -0.06, -0.04])  # high −0.05 + 0.0248 < 0
+    assert below.significant and below.format() == "-0.050 [-0.075, -0.025] *"
+    assert difference_interval([0.0, 0.0, 0.0]).significant is False  # zero excludes nothing
+    assert difference_interval([0.3]).format() == "+0.300"
+    assert difference_interval([]).format() == "n/a"
 
 
 def test_one_seed_has_no_interval() -> None:
