@@ -63,14 +63,13 @@ def forecast_startable(
     prompts = [r.prefill_target for r in waiting]
     if _most_blocks(held, prompts, lengths.most_remaining(), kv.block_size) <= limit:
         return queue  # even if every request ran to the longest output, the cache holds
+    # one pass of the learned lengths for both: the running requests, then the waiting
+    steps = _steps(lengths, [r.num_generated for r in (*running, *waiting)])
+    count = len(held)
     refused = first_over(
-        Forecast(
-            np.array(held, dtype=np.float64),
-            _steps(lengths, [r.num_generated for r in running]),
-            kv.block_size,
-        ),
+        Forecast(np.array(held, dtype=np.float64), steps[:count], kv.block_size),
         np.array(prompts, dtype=np.float64),
-        _steps(lengths, [r.num_generated for r in waiting]),
+        steps[count:],
         limit,
         first_free=not running,
     )
@@ -109,12 +108,13 @@ def first_over(
     at = np.concatenate(([0.0], running.steps - 1, steps - 1))
     order = np.argsort(running.steps)
     ordered_steps = running.steps[order]
-    tails = np.zeros(ordered_steps.size + 1)
-    tails[:-1] = np.cumsum(running.contexts[order][::-1])[::-1]
+    # at i: the contexts of the running requests from i on in `ordered_steps`, summed
+    tails = np.append(np.cumsum(running.contexts[order][::-1])[::-1], 0.0)
     first = np.searchsorted(ordered_steps, at, side="right")  # running ones alive at `at`
     alive = ordered_steps.size - first
     base = (tails[first] + alive * at) / size + alive * ROUNDING
-    own = np.where(at < steps[:, None], (contexts[:, None] + at) / size + ROUNDING, 0.0)
+    own = (contexts[:, None] + at) / size + ROUNDING
+    own[at >= steps[:, None]] = 0.0
     peaks = (base + np.cumsum(own, axis=0)).max(axis=1)
     over = np.flatnonzero(peaks > limit)
     if first_free:
