@@ -21,8 +21,10 @@ forecast if the peak stays within `share` of the cache's blocks; the first that 
 stops the starts for the step, as vLLM's admission does (requests already started keep
 their places). A share above 1 over-commits: the expectations are means of a heavy-tailed
 distribution, so the peak is rarely reached. With nothing running and nothing ahead, a
-request starts whatever the forecast, so that the engine never stalls. The walk stops once
-the requests kept ahead hold more prefill than a step can run (no later one can start).
+request starts whatever the forecast, so that the engine never stalls. Only the waiting
+requests before the requests kept ahead hold more prefill than a step can run are tested
+(no later one can start this step), all in one array pass (`first_over`), and none is
+when a bound shows the cache holds even if every request ran to the longest output seen.
 """
 
 from __future__ import annotations
