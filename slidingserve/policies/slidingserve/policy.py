@@ -76,6 +76,14 @@ class Construction(NamedTuple):
 NO_CONSTRUCTION = Construction(None, False)
 
 
+class Decision(NamedTuple):
+    """What `_decide` planned, and the view it planned on (violated decodes set aside or
+    not)."""
+
+    plan: Plan
+    view: SchedulerView
+
+
 class SlidingServePolicy(Policy):
     """The policy family, one composition of parts (`config.py`): the ordering of the
     prefill queue, an optional triage of it, the violation checker and BatchConstructor
@@ -149,7 +157,7 @@ class SlidingServePolicy(Policy):
             yielded = self.violated.yielding(view)
             if yielded is not view:
                 unyielded, view = view, yielded
-        plan = self._decide(self._with_headroom(view), watch, triage, unyielded)
+        plan, view = self._decide(self._with_headroom(view), watch, triage, unyielded)
         if self.config.preempt_lost_first:
             put_lost_last(plan, view.now)
         plan.refused = refused
@@ -178,7 +186,7 @@ class SlidingServePolicy(Policy):
         watch: Stopwatch,
         triage: Triage | None,
         unyielded: SchedulerView | None = None,
-    ) -> Plan:
+    ) -> Decision:
         """Order (and triage) the queue, unless `triage` is that of `view` already; the
         BatchConstructor's plan if a prefill is at risk and its selection can be granted in
         full; else the SlidingChunker's. `unyielded`: `view` before violated decodes yielded
@@ -214,7 +222,7 @@ class SlidingServePolicy(Policy):
                 lambda: self._construct(constructor, view, queue, contexts, horizons[0]),
             )
         if construction.plan is not None:
-            return construction.plan
+            return Decision(construction.plan, view)
         known_time = costs.decode_time if costs else None
         plan = watch.run(
             "chunker", lambda: self._chunk(view, queue, contexts, horizons, known_time)
@@ -222,7 +230,7 @@ class SlidingServePolicy(Policy):
         if construction.fallback:
             self.constructor_fallbacks += 1
             plan.path += FALLBACK_SUFFIX
-        return plan
+        return Decision(plan, view)
 
     def _startable(self, queue: list[Request], view: SchedulerView) -> list[Request]:
         """`queue` without the waiting requests the start rules keep from starting this
