@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from slidingserve.core.request import DECODING, WAITING
+from slidingserve.policies.slidingserve.whole_prefills import starts_stopped_at
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -77,8 +78,7 @@ def forecast_startable(
     )
     if refused is None:
         return queue
-    cut = positions[refused]
-    return queue[:cut] + [r for r in queue[cut:] if r.phase is not WAITING]
+    return starts_stopped_at(queue, positions[refused])
 
 
 class Forecast(NamedTuple):

@@ -49,10 +49,17 @@ def startable_queue(queue: list[Request], view: SchedulerView) -> list[Request]:
         if request.phase is WAITING:
             blocks = blocks_to_finish(request, kv)
             if blocks > room and (busy or position):
-                return queue[:position] + [r for r in queue[position:] if r.phase is not WAITING]
+                return starts_stopped_at(queue, position)
             room -= blocks
         ahead += request.remaining_prefill
     return queue
+
+
+def starts_stopped_at(queue: list[Request], position: int) -> list[Request]:
+    """`queue` without its waiting requests from `position` on: the first waiting request
+    a start rule refuses stops the starts for the step, as vLLM's admission does, and the
+    requests already started keep their places."""
+    return queue[:position] + [r for r in queue[position:] if r.phase is not WAITING]
 
 
 def blocks_to_finish(request: Request, kv: KVView) -> int:
