@@ -49,6 +49,7 @@ WITHOUT: Mapping[str, Mapping[str, Any]] = {
     "release": {"release_decodes": 4},
     "whole-prefills": {"whole_prefills": True},
     "kv-forecast": {"whole_prefills": True, "kv_forecast": 1.1},
+    "low-memory-cap": {"low_memory_cap": 384},
 }
 """Each row's change to the design (flat options on `DESIGN`): a mechanism back at the
 paper's setting, or a part the design leaves out put in."""

@@ -1,6 +1,7 @@
 """Rules more than one policy applies, each written once: the earliest-deadline order, the
 test of a prefill that cannot finish by its deadline at a given rate, eager relegation
-(QoServe's, also a SlidingServe triage) and the prefill-rate EMA.
+(QoServe's, also a SlidingServe triage), QoServe's low-memory test (also SlidingServe's
+`low_memory_cap`) and the prefill-rate EMA.
 
 **A rate of zero.** `prefill_seconds` reads ρ = 0 as what it says, no prefill progress: a
 request with prompt tokens left never finishes (infinite time), one with none left
@@ -73,6 +74,21 @@ def edf_sorted(requests: Sequence[Request]) -> list[Request]:
     """`requests` sorted by `deadline_key`, each deadline read once."""
     order = deadline_order(next_deadlines(requests), [r.arrival for r in requests])
     return [requests[i] for i in order]
+
+
+LOW_MEMORY_DIVISOR = 32  # QoServe's low-memory test: free blocks × block size / this ...
+LOW_MEMORY_THRESHOLD = 1000  # ... below this (fewer than 32,000 free tokens)
+
+
+def is_low_memory(
+    free_blocks: int,
+    block_size: int,
+    divisor: int = LOW_MEMORY_DIVISOR,
+    threshold: int = LOW_MEMORY_THRESHOLD,
+) -> bool:
+    """QoServe's low-memory test: free blocks × block size / divisor < threshold (QoServe
+    switches to its low-memory grid then; SlidingServe's `low_memory_cap` reads it too)."""
+    return free_blocks * block_size / divisor < threshold
 
 
 def prefill_seconds(remaining: int, rate: float) -> float:

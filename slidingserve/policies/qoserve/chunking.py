@@ -71,11 +71,6 @@ def select_decodes(
     return DecodeSelection(requests, min_slack, sum([r.num_computed for r in requests]))
 
 
-def is_low_memory(free_blocks: int, block_size: int, divisor: int, threshold: int) -> bool:
-    """QoServe's low-memory test: free blocks × block size / divisor < threshold."""
-    return free_blocks * block_size / divisor < threshold
-
-
 def capped_grid(grid: Iterable[int], max_tokens: int) -> tuple[int, ...]:
     """The grid with every value above `max_tokens` lowered to it (duplicates merged)."""
     return tuple(sorted({min(total, max_tokens) for total in grid}))

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slidingserve.core.checks import require_int, require_number
+from slidingserve.policies.common import LOW_MEMORY_DIVISOR, LOW_MEMORY_THRESHOLD
 
 TOKEN_GRID: tuple[int, ...] = (128, *range(256, 2048 + 1, 256), 2552)
 """Batch totals QoServe chooses from: 128, 256, 512, 768, …, 2048 (steps of 256), 2552."""
@@ -27,8 +28,8 @@ class QoServeConfig:
     safety_factor: float = 1.2  # predicted time × this must fit the smallest decode slack
     token_grid: Sequence[int] = TOKEN_GRID  # batch totals (decodes included), ascending
     low_memory_grid: Sequence[int] = LOW_MEMORY_GRID  # the grid when free KV is low
-    low_memory_divisor: int = 32  # low memory: free blocks × block size / this ...
-    low_memory_threshold: int = 1000  # ... is below this
+    low_memory_divisor: int = LOW_MEMORY_DIVISOR  # low memory: free blocks × block size / this
+    low_memory_threshold: int = LOW_MEMORY_THRESHOLD  # ... is below this
     fallback_chunk: int = 128  # batch total when the smallest decode slack is ≤ 0
     initial_throughput: float = 8500.0  # ρ_EMA at start, prefill tokens per second
     throughput_decay: float = 0.995  # EMA weight of the old ρ at each step

@@ -67,13 +67,12 @@ from typing import TYPE_CHECKING
 from slidingserve.core.plan import PlanBuilder
 from slidingserve.core.request import next_deadlines
 from slidingserve.policies.base import Policy
-from slidingserve.policies.common import PrefillRateEma, Relegation
+from slidingserve.policies.common import PrefillRateEma, Relegation, is_low_memory
 from slidingserve.policies.qoserve.chunking import (
     ChunkChoice,
     DecodeSelection,
     capped_grid,
     choose_total,
-    is_low_memory,
     select_decodes,
 )
 from slidingserve.policies.qoserve.config import QoServeConfig

@@ -49,6 +49,10 @@ class SlidingServeConfig:
     # > 0: a waiting request starts only while the blocks it and the running requests are
     # forecast to hold stay within this share of the cache (kv_forecast.py); 0: off
     kv_forecast: float = 0.0
+    # > 0: while QoServe's low-memory test holds (fewer than 32,000 tokens of the KV cache
+    # free, `policies.common.is_low_memory`), a step plans as if max_batch_tokens were this
+    # (its batch, decodes included, at most this many tokens); 0: off
+    low_memory_cap: int = 0
     record_decisions: bool = True  # keep a DecisionRecord per iteration
 
     def __post_init__(self) -> None:
@@ -71,6 +75,7 @@ class SlidingServeConfig:
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         require_int("kv_headroom", self.kv_headroom, minimum=0)
         require_number("kv_forecast", self.kv_forecast, 0)
+        require_int("low_memory_cap", self.low_memory_cap, minimum=0)
         if self.admission_test not in ADMISSION_TESTS:
             known = ", ".join(ADMISSION_TESTS)
             raise ValueError(f"unknown admission_test {self.admission_test!r}; known: {known}")

@@ -47,6 +47,7 @@ SHARED = (
     "kv_headroom",
     "whole_prefills",
     "kv_forecast",
+    "low_memory_cap",
     "record_decisions",
 )
 
@@ -142,6 +143,7 @@ def flatten(config: SlidingServeConfig) -> dict[str, Any]:
         "kv_headroom": config.kv_headroom,
         "whole_prefills": config.whole_prefills,
         "kv_forecast": config.kv_forecast,
+        "low_memory_cap": config.low_memory_cap,
         "record_decisions": config.record_decisions,
         "overload": "none",
         "batch_constructor": config.constructor is not None,

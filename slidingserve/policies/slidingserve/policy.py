@@ -19,6 +19,7 @@ from slidingserve.policies.base import Policy, PolicyContext
 from slidingserve.policies.common import (
     PrefillRateEma,
     cannot_finish_prefill,
+    is_low_memory,
     planning_predictor,
     token_budget,
 )
@@ -100,6 +101,8 @@ class SlidingServePolicy(Policy):
         super().__init__(config, context)
         predictor = planning_predictor(context, config.features, self.name)
         self.max_tokens = token_budget(config.max_batch_tokens, context.limits)
+        # B_max of the step being planned: `max_tokens`, or less under `low_memory_cap`
+        self.step_tokens = self.max_tokens
         self.model = TimedModel(predictor)
         # ρ_t, prefill tokens per second, seeded from the predictor
         self.rate = PrefillRateEma(self._initial_throughput(), config.throughput_decay)
@@ -135,6 +138,8 @@ class SlidingServePolicy(Policy):
         return cls(compose(cls.composition, options or {}, cls.name), context)
 
     def schedule(self, view: SchedulerView) -> Plan:
+        if self.config.low_memory_cap:
+            self._cap_step_tokens(view)
         if self.config.budget.release_decodes:
             self.demand.observe(view.now, view.waiting)
         if self.config.budget.release_decodes or self.config.kv_forecast:
@@ -169,6 +174,18 @@ class SlidingServePolicy(Policy):
             )
             self.decisions.append(record)
         return plan
+
+    def _cap_step_tokens(self, view: SchedulerView) -> None:
+        """`step_tokens` for the step of `view`: `low_memory_cap` while QoServe's low-memory
+        test holds on its free KV blocks, else `max_tokens`; the BatchConstructor plans
+        within it too. The admission test's rate (`_initial_throughput`) keeps `max_tokens`:
+        it asks what the engine could do at best."""
+        kv = view.kv
+        self.step_tokens = self.max_tokens
+        if is_low_memory(kv.num_free, kv.block_size):
+            self.step_tokens = min(self.max_tokens, self.config.low_memory_cap)
+        if self.constructor is not None:
+            self.constructor.max_tokens = self.step_tokens
 
     def preemption_victim(self, running: Sequence[Request], now: float) -> Request:
         if self.config.preempt_lost_first:
@@ -262,7 +279,7 @@ class SlidingServePolicy(Policy):
         if self.config.budget.release_decodes:
             probe = self.model.predict_shape(BatchShape(tuple(contexts), ((COST_PROBE, 0),)))
             per_token = max(COST_FLOOR, (probe - decode_time) / COST_PROBE)
-        return DecodeCosts(decode_time, per_token, self.max_tokens)
+        return DecodeCosts(decode_time, per_token, self.step_tokens)
 
     def on_iteration_end(self, record: IterationRecord) -> None:
         """Fold the iteration's prefill throughput into the EMA ρ_t (and, for the
@@ -412,8 +429,8 @@ class SlidingServePolicy(Policy):
     def _predicted_rate(self, contexts: list[int], tbt: float) -> float:
         """Prefill tokens per second of iterations of `tbt` s beside decodes of `contexts`
         cached tokens, as the predictor sees them (0 when the decodes alone fill that time)."""
-        profile = PrefillQueueProfile(contexts, [(self.max_tokens, 0)])
-        tokens = QueueTimes(self.model, profile, self.max_tokens).tokens_within(tbt)
+        profile = PrefillQueueProfile(contexts, [(self.step_tokens, 0)])
+        tokens = QueueTimes(self.model, profile, self.step_tokens).tokens_within(tbt)
         return (tokens or 0) / tbt
 
     def _construct(
@@ -446,7 +463,7 @@ class SlidingServePolicy(Policy):
         self, view: SchedulerView, queue: list[Request], contexts: list[int]
     ) -> list[Request]:
         """The violation checker: live prefills of the largest candidate batch at risk."""
-        candidate = PlanBuilder(view, self.max_tokens)
+        candidate = PlanBuilder(view, self.step_tokens)
         candidate.add_decodes(view.decoding, contexts)
         candidate.add_prefills(queue)
         prefills = [r for r, _ in candidate.chunks if r.phase is not Phase.DECODING]
@@ -463,7 +480,7 @@ class SlidingServePolicy(Policy):
         contexts: list[int],
         selection: Selection,
     ) -> Plan:
-        builder = PlanBuilder(view, self.max_tokens)
+        builder = PlanBuilder(view, self.step_tokens)
         builder.add_decodes(view.decoding, contexts)
         for request in selection.requests:
             builder.add(request, request.remaining_prefill)
@@ -509,9 +526,9 @@ class SlidingServePolicy(Policy):
         num_decodes = len(contexts)
         seats = max(0, view.limits.max_num_seqs - num_decodes)
         profile = PrefillQueueProfile(
-            contexts, queue_head(queue, seats, self.max_tokens - num_decodes)
+            contexts, queue_head(queue, seats, self.step_tokens - num_decodes)
         )
-        times = QueueTimes(self.model, profile, self.max_tokens, decode_time)
+        times = QueueTimes(self.model, profile, self.step_tokens, decode_time)
         return split_budget(self.config.budget.rule, times, horizons)
 
 

@@ -9,11 +9,11 @@ from factories import make_decoding
 from hypothesis import given
 from hypothesis import strategies as st
 
+from slidingserve.policies.common import is_low_memory
 from slidingserve.policies.qoserve.chunking import (
     capped_grid,
     choose_total,
     decode_deadline,
-    is_low_memory,
     largest_fitting,
     reanchored_deadlines,
     select_decodes,

@@ -1,0 +1,64 @@
+"""`low_memory_cap`: QoServe's low-memory test caps the step's batch, and only then."""
+
+from __future__ import annotations
+
+import pytest
+from factories import make_decoding, make_request, make_slidingserve, make_view
+
+from slidingserve.core import Request
+from slidingserve.policies.common import LOW_MEMORY_DIVISOR, LOW_MEMORY_THRESHOLD
+
+BLOCK = 16  # EngineLimits' block size
+# The fewest free blocks at which QoServe's test says the memory is not low: 2,000 of 16
+ENOUGH_FREE = LOW_MEMORY_DIVISOR * LOW_MEMORY_THRESHOLD // BLOCK
+
+
+def _queues() -> tuple[list[Request], list[Request]]:
+    """Eight decodes and a waiting prompt far larger than any cap, its deadline calm."""
+    decodes = [make_decoding(f"d{i}", prompt=200, generated=3, output=50) for i in range(8)]
+    waiting = [make_request("w", prompt=1_500, ttft=30.0)]
+    return waiting, decodes
+
+
+def _plan_tokens(cap: int, free_blocks: int) -> int:
+    waiting, running = _queues()
+    held = sum(-(-r.num_computed // BLOCK) for r in running)
+    view, _ = make_view(waiting=waiting, running=running, kv_blocks=held + free_blocks)
+    assert view.kv.num_free == free_blocks
+    return make_slidingserve(low_memory_cap=cap).schedule(view).total_tokens
+
+
+def test_below_qoserves_threshold_the_batch_holds_at_most_the_cap() -> None:
+    uncapped = _plan_tokens(0, ENOUGH_FREE - 1)
+    assert uncapped > 384  # the design alone would run more
+    assert _plan_tokens(384, ENOUGH_FREE - 1) == 384
+
+
+def test_with_enough_memory_free_the_plan_is_the_designs() -> None:
+    assert _plan_tokens(384, ENOUGH_FREE) == _plan_tokens(0, ENOUGH_FREE)
+
+
+def test_a_cap_above_the_engines_budget_changes_nothing() -> None:
+    assert _plan_tokens(100_000, ENOUGH_FREE - 1) == _plan_tokens(0, ENOUGH_FREE - 1)
+
+
+def test_the_decodes_still_run_when_they_alone_pass_the_cap() -> None:
+    waiting, running = _queues()
+    view, _ = make_view(waiting=waiting, running=running, kv_blocks=1_000)
+    plan = make_slidingserve(low_memory_cap=4).schedule(view)
+    assert {id(r) for r, _ in plan.chunks} == {id(r) for r in running}
+
+
+def test_the_admission_rate_keeps_the_engines_budget() -> None:
+    capped, design = make_slidingserve(low_memory_cap=128), make_slidingserve()
+    waiting, running = _queues()
+    view, _ = make_view(waiting=waiting, running=running, kv_blocks=1_000)
+    capped.schedule(view)
+    assert capped.step_tokens == 128
+    assert capped._initial_throughput() == design._initial_throughput()
+
+
+@pytest.mark.parametrize("cap", [-1, 1.5, "512", True])
+def test_the_option_is_a_whole_number_of_tokens(cap: object) -> None:
+    with pytest.raises(ValueError, match="low_memory_cap"):
+        make_slidingserve(low_memory_cap=cap)
