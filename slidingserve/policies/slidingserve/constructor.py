@@ -74,7 +74,8 @@ class BatchConstructor:
     def __init__(self, model: LatencyModel, config: ConstructorConfig, max_tokens: int) -> None:
         self.model = model
         self.config = config
-        self.max_tokens = max_tokens  # B_max, decodes included
+        # B_max, decodes included; the policy lowers it for a step under `low_memory_cap`
+        self.max_tokens = max_tokens
 
     def select(
         self,

@@ -50,12 +50,13 @@ def test_the_decodes_still_run_when_they_alone_pass_the_cap() -> None:
 
 
 def test_the_admission_rate_keeps_the_engines_budget() -> None:
-    capped, design = make_slidingserve(low_memory_cap=128), make_slidingserve()
+    capped = make_slidingserve(low_memory_cap=128, admission=True)
+    design = make_slidingserve(admission=True)
     waiting, running = _queues()
     view, _ = make_view(waiting=waiting, running=running, kv_blocks=1_000)
     capped.schedule(view)
     assert capped.step_tokens == 128
-    assert capped._initial_throughput() == design._initial_throughput()
+    assert capped.admission_rate() == design.admission_rate()
 
 
 @pytest.mark.parametrize("cap", [-1, 1.5, "512", True])
