@@ -178,8 +178,10 @@ class SlidingServePolicy(Policy):
     def _cap_step_tokens(self, view: SchedulerView) -> None:
         """`step_tokens` for the step of `view`: `low_memory_cap` while QoServe's low-memory
         test holds on its free KV blocks, else `max_tokens`; the BatchConstructor plans
-        within it too. The admission test's rate (`_initial_throughput`) keeps `max_tokens`:
-        it asks what the engine could do at best."""
+        within it too. The prefill rates the admission tests and a predicted-rate triage
+        assume (`_initial_throughput`, `_predicted_rate`) keep `max_tokens`: they measure
+        what one TBT of iterations can prefill, and the cap's smaller iterations fit more
+        of them into it."""
         kv = view.kv
         self.step_tokens = self.max_tokens
         if is_low_memory(kv.num_free, kv.block_size):
@@ -429,8 +431,8 @@ class SlidingServePolicy(Policy):
     def _predicted_rate(self, contexts: list[int], tbt: float) -> float:
         """Prefill tokens per second of iterations of `tbt` s beside decodes of `contexts`
         cached tokens, as the predictor sees them (0 when the decodes alone fill that time)."""
-        profile = PrefillQueueProfile(contexts, [(self.step_tokens, 0)])
-        tokens = QueueTimes(self.model, profile, self.step_tokens).tokens_within(tbt)
+        profile = PrefillQueueProfile(contexts, [(self.max_tokens, 0)])
+        tokens = QueueTimes(self.model, profile, self.max_tokens).tokens_within(tbt)
         return (tokens or 0) / tbt
 
     def _construct(

@@ -40,7 +40,7 @@ class DecodeCosts(NamedTuple):
 
     decode_time: float  # seconds of an iteration of the decodes alone
     per_token: float  # seconds per prefill token added to it
-    max_tokens: int  # B_max: the largest batch
+    max_tokens: int  # B_max of the step: the largest batch it may plan
 
     @property
     def per_burst_token(self) -> float:

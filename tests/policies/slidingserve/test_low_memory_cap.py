@@ -35,7 +35,9 @@ def test_below_qoserves_threshold_the_batch_holds_at_most_the_cap() -> None:
 
 
 def test_with_enough_memory_free_the_plan_is_the_designs() -> None:
-    assert _plan_tokens(384, ENOUGH_FREE) == _plan_tokens(0, ENOUGH_FREE)
+    uncapped = _plan_tokens(0, ENOUGH_FREE)
+    assert uncapped > 384
+    assert _plan_tokens(384, ENOUGH_FREE) == uncapped
 
 
 def test_a_cap_above_the_engines_budget_changes_nothing() -> None:
@@ -49,14 +51,42 @@ def test_the_decodes_still_run_when_they_alone_pass_the_cap() -> None:
     assert {id(r) for r, _ in plan.chunks} == {id(r) for r in running}
 
 
-def test_the_admission_rate_keeps_the_engines_budget() -> None:
-    capped = make_slidingserve(low_memory_cap=128, admission=True)
-    design = make_slidingserve(admission=True)
-    waiting, running = _queues()
-    view, _ = make_view(waiting=waiting, running=running, kv_blocks=1_000)
-    capped.schedule(view)
+def test_the_admission_rates_keep_the_engines_budget() -> None:
+    """Both tests' rates: the best prefill rate, and the queue test's published one."""
+    policies = [
+        make_slidingserve(low_memory_cap=cap, admission=True, admission_test="queue")
+        for cap in (128, 0)
+    ]
+    for policy in policies:
+        waiting, running = _queues()
+        view, _ = make_view(waiting=waiting, running=running, kv_blocks=1_000)
+        policy.schedule(view)
+    capped, design = policies
     assert capped.step_tokens == 128
     assert capped.admission_rate() == design.admission_rate()
+    capped_queue, design_queue = capped.admission_queue(), design.admission_queue()
+    assert capped_queue is not None and design_queue is not None
+    assert capped_queue.rate == design_queue.rate
+
+
+def test_the_batch_constructor_plans_within_the_step_limit() -> None:
+    """A waiting request due within the candidate batch's time, so the BatchConstructor
+    plans (decodes and that request alone); its B_max follows the free memory."""
+    policy = make_slidingserve(low_memory_cap=256, batch_constructor=True)
+    constructor = policy.constructor
+    assert constructor is not None
+    for free_blocks, limit in ((ENOUGH_FREE - 1, 256), (ENOUGH_FREE, 2048)):
+        decodes = [make_decoding(f"d{i}", prompt=200, generated=3, output=50) for i in range(8)]
+        urgent = make_request("u", prompt=100, ttft=0.012)  # 12 ms: a 108-token batch fits
+        others = [make_request(f"o{i}", prompt=100, ttft=5.0) for i in range(6)]
+        held = sum(-(-r.num_computed // BLOCK) for r in decodes)
+        view, _ = make_view(
+            waiting=[urgent, *others], running=decodes, kv_blocks=held + free_blocks
+        )
+        plan = policy.schedule(view)
+        assert constructor.max_tokens == limit
+        assert plan.path == "constructor"
+        assert plan.total_tokens == 108
 
 
 @pytest.mark.parametrize("cap", [-1, 1.5, "512", True])
