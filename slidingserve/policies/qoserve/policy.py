@@ -65,7 +65,7 @@ import heapq
 from typing import TYPE_CHECKING
 
 from slidingserve.core.plan import PlanBuilder
-from slidingserve.core.request import next_deadlines
+from slidingserve.core.request import next_deadlines, remaining_prefills
 from slidingserve.policies.base import Policy
 from slidingserve.policies.common import PrefillRateEma, Relegation, is_low_memory
 from slidingserve.policies.qoserve.chunking import (
@@ -162,11 +162,16 @@ class QoServePolicy(Policy):
         weight = self.config.priority_weight
         ids = self.relegation.ids
         candidates = view.prefill_candidates()
-        # priority_key, with each deadline read once
+        # priority_key, with each deadline and remaining prefill read in one pass
         heap = [
-            ((r.request_id in ids, deadline + weight * r.remaining_prefill, r.arrival), index, r)
-            for index, (r, deadline) in enumerate(
-                zip(candidates, next_deadlines(candidates), strict=True)
+            ((r.request_id in ids, deadline + weight * remaining, r.arrival), index, r)
+            for index, (r, deadline, remaining) in enumerate(
+                zip(
+                    candidates,
+                    next_deadlines(candidates),
+                    remaining_prefills(candidates),
+                    strict=True,
+                )
             )
         ]
         heapq.heapify(heap)
