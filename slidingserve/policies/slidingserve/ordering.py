@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from slidingserve.core.checks import require_number, require_positive
-from slidingserve.core.request import WAITING, next_deadlines
+from slidingserve.core.request import WAITING, next_deadlines, remaining_prefills
 from slidingserve.policies.common import deadline_order
 
 if TYPE_CHECKING:
@@ -78,16 +78,38 @@ def mlps_order(
     Protected requests first; within a protection level live requests before lost ones
     (their deadline passed, so budget goes to requests that can still make it); among live
     ones the urgent (u > α) first; then fewer remaining tokens first; ties by arrival.
+
+    The keys are made in one pass without a call per request (the queue is sorted at every
+    iteration): `urgency` written out, with the same operations in the same order, so
+    every key and so the order is that of `mlps_key` (tests/policies/slidingserve checks).
     """
+    keys = [
+        (
+            not r.slo.protected,
+            lost := slack <= 0,
+            lost or not remaining / (throughput * (epsilon if epsilon > slack else slack)) > alpha,
+            remaining,
+            r.arrival,
+        )
+        for r, remaining, slack in zip(
+            candidates,
+            remaining_prefills(candidates),
+            [deadline - now for deadline in next_deadlines(candidates)],
+            strict=True,
+        )
+    ]
+    return [candidates[i] for i in sorted(range(len(keys)), key=keys.__getitem__)]
 
-    def key(request: Request) -> tuple[bool, bool, bool, int, float]:
-        remaining = request.remaining_prefill
-        slack = request.next_deadline - now
-        lost = slack <= 0
-        urgent = not lost and urgency(remaining, slack, throughput, epsilon) > alpha
-        return (not request.protected, lost, not urgent, remaining, request.arrival)
 
-    return sorted(candidates, key=key)
+def mlps_key(
+    request: Request, now: float, throughput: float, alpha: float = 1.0, epsilon: float = 0.001
+) -> tuple[bool, bool, bool, int, float]:
+    """The MLPS key of one request at `now`, ascending: (1 − g, lost, 1 − e, r, arrival)."""
+    remaining = request.remaining_prefill
+    slack = request.next_deadline - now
+    lost = slack <= 0
+    urgent = not lost and urgency(remaining, slack, throughput, epsilon) > alpha
+    return (not request.protected, lost, not urgent, remaining, request.arrival)
 
 
 class DeadlineQueue(NamedTuple):

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import pytest
 from factories import make_request
+from hypothesis import given
+from hypothesis import strategies as st
 
 from slidingserve.core import Phase
-from slidingserve.policies.slidingserve.ordering import edf_order, edf_queue, mlps_order, urgency
+from slidingserve.policies.slidingserve.ordering import (
+    edf_order,
+    edf_queue,
+    mlps_key,
+    mlps_order,
+    urgency,
+)
 
 
 def ids(requests: list) -> list[str]:  # type: ignore[type-arg]
@@ -83,3 +91,37 @@ def test_prefix_first_leaves_prefilling_requests_where_they_are() -> None:
     first = make_request("first", arrival=0.0, ttft=2.0, prompt=1000)
     started = make_request("started", arrival=0.3, ttft=2.0, prompt=1000, computed=750)
     assert ids(edf_queue([first, started], prefix_first=5.0).requests) == ["first", "started"]
+
+
+# (arrival s, TTFT s, prompt, computed, protected) of each request; few distinct values, so
+# that keys tie and the order of ties is tested too
+queued = st.lists(
+    st.tuples(
+        st.sampled_from([0.0, 0.25, 0.5, 0.9]),
+        st.sampled_from([0.001, 0.1, 0.5, 1.0, 3.0]),
+        st.sampled_from([1, 5, 100, 900, 4000]),
+        st.sampled_from([0, 1, 50]),
+        st.booleans(),
+    ),
+    max_size=30,
+)
+
+
+@given(queued, st.sampled_from([0.0, 0.6, 1.0]), st.sampled_from([1.0, 1000.0, 8500.0]))
+def test_the_one_pass_order_is_the_keys_order(
+    spec: list[tuple[float, float, int, int, bool]], now: float, throughput: float
+) -> None:
+    queue = [
+        make_request(
+            f"r{i}",
+            arrival=arrival,
+            ttft=ttft,
+            prompt=prompt,
+            computed=min(computed, prompt - 1),
+            protected=protected,
+        )
+        for i, (arrival, ttft, prompt, computed, protected) in enumerate(spec)
+    ]
+    for alpha, epsilon in ((1.0, 0.001), (0.5, 0.2)):
+        expected = sorted(queue, key=lambda r: mlps_key(r, now, throughput, alpha, epsilon))
+        assert mlps_order(queue, now, throughput, alpha, epsilon) == expected
