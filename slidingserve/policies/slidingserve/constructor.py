@@ -71,11 +71,9 @@ def knapsack_values(slacks: Sequence[float], remaining: Sequence[int]) -> list[f
 class BatchConstructor:
     """Chooses, among the candidate batch's prefills, a set that completes in time."""
 
-    def __init__(self, model: LatencyModel, config: ConstructorConfig, max_tokens: int) -> None:
+    def __init__(self, model: LatencyModel, config: ConstructorConfig) -> None:
         self.model = model
         self.config = config
-        # B_max, decodes included; the policy lowers it for a step under `low_memory_cap`
-        self.max_tokens = max_tokens
 
     def select(
         self,
@@ -84,40 +82,49 @@ class BatchConstructor:
         anchors: Sequence[Request],
         now: float,
         t_cur: float,
+        max_tokens: int,
     ) -> Selection | None:
-        """The best selection over the anchors, or None if no anchor can make it.
+        """The best selection over the anchors, or None if no anchor can make it, in a
+        batch of at most `max_tokens` (B_max of the step, decodes included).
 
         `queue` is every waiting and prefilling request in priority order; an anchor's
         knapsack chooses among those with at least its slack ([decision] the whole queue,
         not only the candidate batch: docs/design.md §7's worked example needs it).
         """
-        profile = self._budget_profile(decode_contexts, queue)
+        profile = self._budget_profile(decode_contexts, queue, max_tokens)
         best: Selection | None = None
         for anchor in anchors[: self.config.max_anchors]:
-            chosen = self._for_anchor(decode_contexts, profile, queue, anchor, now, t_cur)
+            chosen = self._for_anchor(
+                decode_contexts, profile, queue, anchor, now, t_cur, max_tokens
+            )
             if chosen is not None and (best is None or chosen.rank > best.rank):
                 best = chosen
         return best
 
     def leftover(
-        self, decode_contexts: Sequence[int], queue: Sequence[Request], selection: Selection
+        self,
+        decode_contexts: Sequence[int],
+        queue: Sequence[Request],
+        selection: Selection,
+        max_tokens: int,
     ) -> int:
-        """Prefill tokens of the rest of the queue that still fit the selection's limit."""
+        """Prefill tokens of the rest of the queue that still fit the selection's limit, in
+        a batch of at most `max_tokens`."""
         chosen = set(map(id, selection.requests))
         ordered = [*selection.requests, *(r for r in queue if id(r) not in chosen)]
         budget = time_to_budget(
             self.model,
-            self._budget_profile(decode_contexts, ordered),
+            self._budget_profile(decode_contexts, ordered, max_tokens),
             selection.limit,
-            self.max_tokens,
+            max_tokens,
         )
         return max(0, budget.prefill_tokens - selection.tokens) if budget.fits else 0
 
     def _budget_profile(
-        self, decode_contexts: Sequence[int], queue: Sequence[Request]
+        self, decode_contexts: Sequence[int], queue: Sequence[Request], max_tokens: int
     ) -> PrefillQueueProfile:
         """The profile TimeToBudget reads along `queue`: its head up to B_max − |D| tokens."""
-        head = queue_head(queue, len(queue), self.max_tokens - len(decode_contexts))
+        head = queue_head(queue, len(queue), max_tokens - len(decode_contexts))
         return PrefillQueueProfile(decode_contexts, head)
 
     def _for_anchor(
@@ -128,10 +135,11 @@ class BatchConstructor:
         anchor: Request,
         now: float,
         t_cur: float,
+        max_tokens: int,
     ) -> Selection | None:
         anchor_slack = anchor.next_deadline - now
         limit = min(anchor_slack, t_cur)
-        budget = time_to_budget(self.model, profile, limit, self.max_tokens)
+        budget = time_to_budget(self.model, profile, limit, max_tokens)
         capacity = budget.prefill_tokens - anchor.remaining_prefill
         if not budget.fits or capacity < 0:
             return None

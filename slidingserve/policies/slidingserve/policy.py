@@ -128,7 +128,7 @@ class SlidingServePolicy(Policy):
         )
         self.constructor: BatchConstructor | None = None
         if config.constructor is not None:
-            self.constructor = BatchConstructor(self.model, config.constructor, self.max_tokens)
+            self.constructor = BatchConstructor(self.model, config.constructor)
 
     @classmethod
     def from_options(
@@ -177,8 +177,9 @@ class SlidingServePolicy(Policy):
 
     def _cap_step_tokens(self, view: SchedulerView) -> None:
         """`step_tokens` for the step of `view`: `low_memory_cap` while QoServe's low-memory
-        test holds on its free KV blocks, else `max_tokens`; the BatchConstructor plans
-        within it too. The prefill rates the admission tests and a predicted-rate triage
+        test holds on its free KV blocks, else `max_tokens`; every batch the step plans or
+        weighs (the chunker's, the BatchConstructor's, the candidate batch) stays within
+        it. The prefill rates the admission tests and a predicted-rate triage
         assume (`_initial_throughput`, `_predicted_rate`) keep `max_tokens`: they measure
         what one TBT of iterations can prefill, and the cap's smaller iterations fit more
         of them into it."""
@@ -186,8 +187,6 @@ class SlidingServePolicy(Policy):
         self.step_tokens = self.max_tokens
         if is_low_memory(kv.num_free, kv.block_size):
             self.step_tokens = min(self.max_tokens, self.config.low_memory_cap)
-        if self.constructor is not None:
-            self.constructor.max_tokens = self.step_tokens
 
     def preemption_victim(self, running: Sequence[Request], now: float) -> Request:
         if self.config.preempt_lost_first:
@@ -453,7 +452,7 @@ class SlidingServePolicy(Policy):
         anchors = self._risky_anchors(view, queue, contexts)
         if not anchors:
             return NO_CONSTRUCTION
-        selection = constructor.select(contexts, queue, anchors, view.now, t_cur)
+        selection = constructor.select(contexts, queue, anchors, view.now, t_cur, self.step_tokens)
         if selection is None:
             return NO_CONSTRUCTION
         plan = self._selection_plan(constructor, view, queue, contexts, selection)
@@ -487,7 +486,7 @@ class SlidingServePolicy(Policy):
         for request in selection.requests:
             builder.add(request, request.remaining_prefill)
         if constructor.config.leftover_fill:
-            extra = constructor.leftover(contexts, queue, selection)
+            extra = constructor.leftover(contexts, queue, selection, self.step_tokens)
             builder.tokens_left = min(builder.tokens_left, extra)
             chosen = set(map(id, selection.requests))
             builder.add_prefills(r for r in queue if id(r) not in chosen)

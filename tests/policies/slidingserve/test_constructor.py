@@ -123,8 +123,8 @@ class TestVerifyRounds:
             return solve_knapsack(values, weights, capacity, quantum)
 
         monkeypatch.setattr(f"{BatchConstructor.__module__}.solve_knapsack", spy)
-        built = BatchConstructor(CachedTokensModel(per_cached), settings(rounds, quantum), 2048)
-        return built.select([], queue, queue[:1], 0.0, math.inf), capacities
+        built = BatchConstructor(CachedTokensModel(per_cached), settings(rounds, quantum))
+        return built.select([], queue, queue[:1], 0.0, math.inf, 2048), capacities
 
     def test_an_overshoot_shrinks_by_its_tokens_at_the_selections_rate(
         self, monkeypatch: pytest.MonkeyPatch
@@ -201,8 +201,8 @@ class TestLeftover:
         z = make_request("z", prompt=300)
         x = make_request("x", prompt=rest)
         selection = Selection(a, (a, z), 1.0, 400, 0.014, limit)
-        built = BatchConstructor(AFFINE, settings(), max_tokens)
-        return built.leftover([50] * decodes, [x, z, a], selection)
+        built = BatchConstructor(AFFINE, settings())
+        return built.leftover([50] * decodes, [x, z, a], selection, max_tokens)
 
     def test_fills_up_to_the_limit(self) -> None:
         # 10 ms + 10 µs·b ≤ 15.005 ms → b = 500 prefill tokens, 400 already chosen: 100.

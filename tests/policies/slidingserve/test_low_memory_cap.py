@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from factories import make_decoding, make_request, make_slidingserve, make_view
 
 from slidingserve.core import Request
+from slidingserve.core.kv_blocks import blocks_for_tokens
 from slidingserve.policies.common import LOW_MEMORY_DIVISOR, LOW_MEMORY_THRESHOLD
+from slidingserve.policies.slidingserve.constructor import BatchConstructor
 
 BLOCK = 16  # EngineLimits' block size
 # The fewest free blocks at which QoServe's test says the memory is not low: 2,000 of 16
@@ -22,7 +26,7 @@ def _queues() -> tuple[list[Request], list[Request]]:
 
 def _plan_tokens(cap: int, free_blocks: int) -> int:
     waiting, running = _queues()
-    held = sum(-(-r.num_computed // BLOCK) for r in running)
+    held = sum(blocks_for_tokens(r.num_computed, BLOCK) for r in running)
     view, _ = make_view(waiting=waiting, running=running, kv_blocks=held + free_blocks)
     assert view.kv.num_free == free_blocks
     return make_slidingserve(low_memory_cap=cap).schedule(view).total_tokens
@@ -69,22 +73,30 @@ def test_the_admission_rates_keep_the_engines_budget() -> None:
     assert capped_queue.rate == design_queue.rate
 
 
-def test_the_batch_constructor_plans_within_the_step_limit() -> None:
+def test_the_batch_constructor_plans_within_the_step_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A waiting request due within the candidate batch's time, so the BatchConstructor
     plans (decodes and that request alone); its B_max follows the free memory."""
     policy = make_slidingserve(low_memory_cap=256, batch_constructor=True)
-    constructor = policy.constructor
-    assert constructor is not None
+    limits_seen: list[int] = []
+    select = BatchConstructor.select
+
+    def spy(constructor: BatchConstructor, *args: Any) -> Any:
+        limits_seen.append(args[-1])  # the step's B_max, the last argument
+        return select(constructor, *args)
+
+    monkeypatch.setattr(BatchConstructor, "select", spy)
     for free_blocks, limit in ((ENOUGH_FREE - 1, 256), (ENOUGH_FREE, 2048)):
         decodes = [make_decoding(f"d{i}", prompt=200, generated=3, output=50) for i in range(8)]
         urgent = make_request("u", prompt=100, ttft=0.012)  # 12 ms: a 108-token batch fits
         others = [make_request(f"o{i}", prompt=100, ttft=5.0) for i in range(6)]
-        held = sum(-(-r.num_computed // BLOCK) for r in decodes)
+        held = sum(blocks_for_tokens(r.num_computed, BLOCK) for r in decodes)
         view, _ = make_view(
             waiting=[urgent, *others], running=decodes, kv_blocks=held + free_blocks
         )
         plan = policy.schedule(view)
-        assert constructor.max_tokens == limit
+        assert limits_seen[-1] == limit
         assert plan.path == "constructor"
         assert plan.total_tokens == 108
 
