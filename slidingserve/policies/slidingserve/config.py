@@ -40,6 +40,8 @@ class SlidingServeConfig:
     # that does not fit behind the queue the policy means to serve (core/queue_fit.py)
     admission_test: str = "alone"
     preempt_lost_first: bool = False  # a preemption takes a lost request first (victims.py)
+    # a preemption takes the request with the most slack, not the newest (victims.py)
+    preempt_most_slack: bool = False
     # a violated request's decode waits while a live request waits for prefill (violated.py)
     yield_violated: bool = False
     kv_headroom: int = 0  # decode tokens of growth kept free from prefills (headroom.py)
@@ -67,6 +69,7 @@ class SlidingServeConfig:
         for name in (
             "admission",
             "preempt_lost_first",
+            "preempt_most_slack",
             "yield_violated",
             "whole_prefills",
             "record_decisions",

@@ -50,7 +50,13 @@ from slidingserve.policies.slidingserve.release import (
 )
 from slidingserve.policies.slidingserve.stats import DecisionRecord, Stopwatch, TimedModel
 from slidingserve.policies.slidingserve.triage import QueueTriage, RateSource, Triage
-from slidingserve.policies.slidingserve.victims import lost_first_victim, put_lost_last
+from slidingserve.policies.slidingserve.victims import (
+    lost_first_victim,
+    may_preempt,
+    most_slack_victim,
+    order_for_preemption,
+    put_lost_last,
+)
 from slidingserve.policies.slidingserve.violated import ViolatedRequests
 from slidingserve.policies.slidingserve.whole_prefills import startable_queue
 from slidingserve.predictor import PrefillQueueProfile
@@ -162,15 +168,14 @@ class SlidingServePolicy(Policy):
             yielded = self.violated.yielding(view)
             if yielded is not view:
                 unyielded, view = view, yielded
-        plan, view = self._decide(self._with_headroom(view), watch, triage, unyielded)
-        if self.config.preempt_lost_first:
-            put_lost_last(plan, view.now)
+        plan, decided = self._decide(self._with_headroom(view), watch, triage, unyielded)
+        self._order_victims_last(plan, view)  # before the headroom: the next tokens' blocks
         plan.refused = refused
         if plan.predicted_time is None and plan:  # the parts predict what they build
             plan.predicted_time = self.model.predict_shape(BatchShape.from_plan(plan))
         if self.config.record_decisions:
             record = watch.record(
-                view.now, plan.path, plan.predicted_time, plan.total_tokens, len(view.decoding)
+                view.now, plan.path, plan.predicted_time, plan.total_tokens, len(decided.decoding)
             )
             self.decisions.append(record)
         return plan
@@ -189,9 +194,23 @@ class SlidingServePolicy(Policy):
             self.step_tokens = min(self.max_tokens, self.config.low_memory_cap)
 
     def preemption_victim(self, running: Sequence[Request], now: float) -> Request:
-        if self.config.preempt_lost_first:
-            return lost_first_victim(running, now)
+        config = self.config
+        if config.preempt_lost_first:
+            return lost_first_victim(running, now, config.preempt_most_slack)
+        if config.preempt_most_slack:
+            return most_slack_victim(running)
         return super().preemption_victim(running, now)
+
+    def _order_victims_last(self, plan: Plan, view: SchedulerView) -> None:
+        """Order `plan` so that vLLM, which preempts from the tail of its running list (the
+        plan's order), takes `preemption_victim`'s victims: the lost requests last with
+        `preempt_lost_first`; with `preempt_most_slack`, at a step where the cache may run
+        short, the others by slack as well (victims.py)."""
+        config = self.config
+        if config.preempt_most_slack and may_preempt(view):
+            order_for_preemption(plan, view.now, config.preempt_lost_first)
+        elif config.preempt_lost_first:
+            put_lost_last(plan, view.now)
 
     def _with_headroom(self, view: SchedulerView) -> SchedulerView:
         if self.config.kv_headroom:

@@ -13,26 +13,74 @@ The simulator asks the policy for the victim (`Policy.preemption_victim`). vLLM 
 tail of its running list, which the adapter orders as the plan, so the plan puts the lost
 requests last, by cached tokens: both engines take the same victim while any is lost
 (docs/design.md §12).
+
+With `preempt_most_slack` the victim, when no lost request runs (or with
+`preempt_lost_first` off), is the running request with the most slack before its next
+token's deadline, instead of the newest. Deadlines accumulate (docs/design.md §1): a
+request that decoded faster than its TBT has banked the difference, and one that got its
+first token early keeps the rest of its TTFT. Such a request can lose its cache, wait for
+blocks and recompute, and still make its next deadline, where the newest request, started
+late because the cache was full, has little slack to lose. The plan then orders the
+running requests so that vLLM's tail is the same victim: only at a step where the cache
+may run short, as that order costs a sort (`order_for_preemption`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from slidingserve.core.plan import Plan, ScheduledChunk
-from slidingserve.core.request import Request
+from slidingserve.core.request import next_deadlines
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from slidingserve.core.plan import Plan, ScheduledChunk
+    from slidingserve.core.request import Request
+    from slidingserve.core.view import SchedulerView
 
 
-def lost_first_victim(running: Sequence[Request], now: float) -> Request:
+def lost_first_victim(running: Sequence[Request], now: float, most_slack: bool = False) -> Request:
     """The lost request with the most cached tokens (the later one on a tie), else the
-    newest."""
+    newest, or with `most_slack` the one with the most slack (`most_slack_victim`)."""
     victim: Request | None = None
     for request in running:
         if request.next_deadline <= now and (
             victim is None or request.num_computed >= victim.num_computed
         ):
             victim = request
-    return victim if victim is not None else running[-1]
+    if victim is not None:
+        return victim
+    return most_slack_victim(running) if most_slack else running[-1]
+
+
+def most_slack_victim(running: Sequence[Request]) -> Request:
+    """The request of `running` whose next token's deadline is the latest (the most slack
+    at any `now`; the later one in `running` on a tie, as the newest would be)."""
+    deadlines = next_deadlines(running)
+    latest = max(deadlines)
+    last = len(deadlines) - 1 - deadlines[::-1].index(latest)
+    return running[last]
+
+
+def may_preempt(view: SchedulerView) -> bool:
+    """Whether the engine may have to preempt at the step of `view`: the decodes' next
+    tokens need more blocks than are free. Fewer free blocks than decodes is tested
+    first, as it is cheap and without it no decode can lack a block."""
+    free = view.kv.num_free
+    return free < len(view.decoding) and view.decode_reserve() > free
+
+
+def order_for_preemption(plan: Plan, now: float, lost_first: bool) -> None:
+    """Reorder `plan` so that vLLM, preempting from the tail, takes the victims in the
+    order of `most_slack_victim` (after the lost requests, by cached tokens, with
+    `lost_first`): the other requests by next deadline ascending, the plan's order on a
+    tie."""
+    chunks = plan.chunks
+    deadlines = next_deadlines([chunk[0] for chunk in chunks])
+    order = sorted(range(len(chunks)), key=deadlines.__getitem__)
+    plan.chunks = [chunks[i] for i in order]
+    if lost_first:
+        put_lost_last(plan, now)
 
 
 def put_lost_last(plan: Plan, now: float) -> None:

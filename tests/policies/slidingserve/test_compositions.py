@@ -68,7 +68,7 @@ def test_a_composition_has_no_default_parts() -> None:
 
 def test_every_option_is_flat_and_known() -> None:
     assert set(flatten(PAPER)) | set(flatten(DESIGN)) <= set(OPTIONS)
-    assert len(OPTIONS) == 32
+    assert len(OPTIONS) == 33
 
 
 class TestChangingAPart:
