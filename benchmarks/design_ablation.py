@@ -36,7 +36,11 @@ WITHOUT: Mapping[str, Mapping[str, Any]] = {
     "no-tiles": {"token_quantum": PAPER_OPTIONS["token_quantum"]},
     "no-margin": {"time_margin": PAPER_OPTIONS["time_margin"]},
     "no-cap": {"iteration_cap": PAPER_OPTIONS["iteration_cap"]},
-    "newest-victim": {"preempt_lost_first": PAPER_OPTIONS["preempt_lost_first"]},
+    "newest-victim": {
+        "preempt_lost_first": PAPER_OPTIONS["preempt_lost_first"],
+        "preempt_most_slack": PAPER_OPTIONS["preempt_most_slack"],
+    },
+    "lost-then-newest": {"preempt_most_slack": PAPER_OPTIONS["preempt_most_slack"]},
     "no-yield": {"yield_violated": PAPER_OPTIONS["yield_violated"]},
     "no-headroom": {"kv_headroom": PAPER_OPTIONS["kv_headroom"]},
     "no-tight-cap": {"tight_cache_cap": PAPER_OPTIONS["tight_cache_cap"]},

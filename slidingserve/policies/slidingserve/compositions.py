@@ -32,6 +32,7 @@ DESIGN = SlidingServeConfig(
     ),
     features="rich",
     preempt_lost_first=True,
+    preempt_most_slack=True,
     yield_violated=True,
     kv_headroom=32,
 )
@@ -40,7 +41,8 @@ requests last; Moore–Hodgson triage of the prefill queue at the observed rate;
 budget of the tightest decode slack ÷ 1.1, no iteration past two TBTs (one TBT of slack
 spent at most), nor past one TBT while the KV cache is tight and the decodes alone take at
 most half a TBT, its total rounded down to a 128-token tile; no BatchConstructor; the rich
-predictor; when the KV cache runs short, lost requests preempted first; the decodes of
+predictor; when the KV cache runs short, lost requests preempted first, then the one with
+the most slack before its next deadline; the decodes of
 requests already violated left out while a live request waits for prefill; the blocks
 the decodes add over their next 32 tokens kept from prefills."""
 

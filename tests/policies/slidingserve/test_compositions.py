@@ -59,6 +59,7 @@ def test_the_paper_and_the_design_differ_where_the_readme_says() -> None:
     assert budget.tight_cache_cap == 1.0
     assert (PAPER.features, DESIGN.features) == ("paper", "rich")
     assert not PAPER.preempt_lost_first and DESIGN.preempt_lost_first
+    assert not PAPER.preempt_most_slack and DESIGN.preempt_most_slack
 
 
 def test_a_composition_has_no_default_parts() -> None:
