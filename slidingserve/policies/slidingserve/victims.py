@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from slidingserve.core.request import next_deadlines
+from slidingserve.core.request import WAITING, next_deadlines
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -71,14 +71,17 @@ def may_preempt(view: SchedulerView) -> bool:
 
 
 def order_for_preemption(plan: Plan, now: float, lost_first: bool) -> None:
-    """Reorder `plan` so that vLLM, preempting from the tail, takes the victims in the
-    order of `most_slack_victim` (after the lost requests, by cached tokens, with
-    `lost_first`): the other requests by next deadline ascending, the plan's order on a
-    tie."""
+    """Reorder `plan` so that vLLM, preempting from the tail of its running list, takes the
+    victims in the order of `most_slack_victim` (after the lost requests, by cached tokens,
+    with `lost_first`): the running requests by next deadline ascending, the plan's order
+    on a tie. The waiting requests it starts keep their order among themselves: vLLM
+    admits them in it, from its own queue."""
     chunks = plan.chunks
-    deadlines = next_deadlines([chunk[0] for chunk in chunks])
-    order = sorted(range(len(chunks)), key=deadlines.__getitem__)
-    plan.chunks = [chunks[i] for i in order]
+    running = [chunk for chunk in chunks if chunk[0].phase is not WAITING]
+    deadlines = next_deadlines([chunk[0] for chunk in running])
+    order = sorted(range(len(running)), key=deadlines.__getitem__)
+    starting = [chunk for chunk in chunks if chunk[0].phase is WAITING]
+    plan.chunks = [running[i] for i in order] + starting
     if lost_first:
         put_lost_last(plan, now)
 

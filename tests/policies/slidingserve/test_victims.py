@@ -108,6 +108,21 @@ class TestMostSlack:
                 assert imposed_tail(plan) == most_slack_victim(running).request_id
             assert [chunk.request.request_id for chunk in plan.chunks] == expected
 
+    def test_the_requests_it_starts_keep_their_order_among_themselves(self) -> None:
+        late = make_request("start-late", ttft=NOW + 5.0, prompt=100)
+        soon = make_request("start-soon", ttft=NOW + 0.5, prompt=100)
+        plan = Plan(
+            [
+                ScheduledChunk(late, 100),
+                ScheduledChunk(decoding("banked", lost=False, cached=50, slack=3.0), 1),
+                ScheduledChunk(soon, 100),
+                ScheduledChunk(decoding("tight", lost=False, cached=50, slack=0.1), 1),
+            ]
+        )
+        order_for_preemption(plan, NOW, lost_first=True)
+        order = [chunk.request.request_id for chunk in plan.chunks]
+        assert order == ["tight", "banked", "start-late", "start-soon"]
+
     def test_may_preempt_only_when_the_decodes_next_tokens_lack_blocks(self) -> None:
         # Two 16-token decodes fill their blocks: each next token needs a new block.
         running = [decoding(name, lost=False, cached=16) for name in ("a", "b")]
