@@ -9,7 +9,7 @@ Rows: `slidingserve`, then `slidingserve` without each mechanism (the switch at 
 value), then `slidingserve-paper` and its published ablations, and the two baselines. Each
 cell is the goodput (req/s, mean over seeds) and the per-seed ratio to `slidingserve` with
 its 95% interval (`*`: the interval excludes 1). About 3 minutes per workload × scale cell
-on two cores at the defaults (24 policies × 3 seeds). `--json` also writes every policy's
+on two cores at the defaults (27 policies × 3 seeds). `--json` also writes every policy's
 goodput per seed, by SLO scale and workload.
 """
 
