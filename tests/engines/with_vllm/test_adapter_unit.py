@@ -634,3 +634,22 @@ def test_an_abort_storm_leaves_no_request_state_behind(
     assert 0 < sizes["timed_steps"] == sizes["learner_samples"] <= MAX_SAMPLES
     assert sizes["step_timings"] == counts.steps and sizes["step_periods"] == 0  # no file
     assert sizes["policy_decisions"] == 0  # a served policy records no decisions
+
+
+@pytest.mark.parametrize("most_slack", [True, False])
+def test_vllm_preempts_the_request_with_the_most_slack(tmp_path: Path, most_slack: bool) -> None:
+    # 11 usable blocks of 16 tokens: three 40-token prompts fit (3 blocks each) until they
+    # grow past 48 tokens. "banked" comes first in the plans (added first, the same first
+    # deadline), but its 10-second TBT puts its next token last once it decodes: the
+    # victim with the rule. Without it, vLLM's tail: the plans' last request.
+    options = {"preempt_most_slack": most_slack, "kv_headroom": 0}
+    scheduler = make_scheduler(tmp_path, "slidingserve", options, blocks=12)
+    now = time.time()
+    slos: dict[str, dict[str, int]] = {"banked": {"tbt_ms": 10_000}, "r0": {}, "r1": {}}
+    for name, slo in slos.items():
+        request = engine_request(name, 40, max_tokens=30, arrival=now, ttft_ms=60_000, **slo)
+        scheduler.add_request(request)
+    preempted = [r for o in steps(scheduler, limit=500) for r in (o.preempted_req_ids or ())]
+    assert preempted, "the cache never ran short"
+    assert preempted[0] == ("banked" if most_slack else "r1")
+    assert not scheduler.has_requests() and len(scheduler.mirror) == 0
