@@ -169,6 +169,8 @@ class SlidingServePolicy(Policy):
             if yielded is not view:
                 unyielded, view = view, yielded
         plan, decided = self._decide(self._with_headroom(view), watch, triage, unyielded)
+        if unyielded is not None and decided.decoding is unyielded.decoding:
+            view = unyielded  # the start rules let no live request start: all decodes ran
         self._order_victims_last(plan, view)  # before the headroom: the next tokens' blocks
         plan.refused = refused
         if plan.predicted_time is None and plan:  # the parts predict what they build

@@ -12,7 +12,7 @@ engine's own victim.
 The simulator asks the policy for the victim (`Policy.preemption_victim`). vLLM takes the
 tail of its running list, which the adapter orders as the plan, so the plan puts the lost
 requests last, by cached tokens: both engines take the same victim while any is lost
-(docs/design.md §12).
+(docs/design.md §8.2).
 
 With `preempt_most_slack` the victim, when no lost request runs (or with
 `preempt_lost_first` off), is the running request with the most slack before its next
@@ -20,9 +20,12 @@ token's deadline, instead of the newest. Deadlines accumulate (docs/design.md §
 request that decoded faster than its TBT has banked the difference, and one that got its
 first token early keeps the rest of its TTFT. Such a request can lose its cache, wait for
 blocks and recompute, and still make its next deadline, where the newest request, started
-late because the cache was full, has little slack to lose. The plan then orders the
+late because the cache was full, has little slack to lose. The plan then orders its
 running requests so that vLLM's tail is the same victim: only at a step where the cache
-may run short, as that order costs a sort (`order_for_preemption`).
+may run short, as that order costs a sort (`order_for_preemption`). Two differences stay:
+a running request the plan leaves out (a prefill whose next chunk found no block, a
+yielded decode) goes behind the planned ones in vLLM and is preempted there first, and a
+tie goes to the later request in the plan's order there, in admission order here.
 """
 
 from __future__ import annotations
@@ -74,8 +77,8 @@ def order_for_preemption(plan: Plan, now: float, lost_first: bool) -> None:
     """Reorder `plan` so that vLLM, preempting from the tail of its running list, takes the
     victims in the order of `most_slack_victim` (after the lost requests, by cached tokens,
     with `lost_first`): the running requests by next deadline ascending, the plan's order
-    on a tie. The waiting requests it starts keep their order among themselves: vLLM
-    admits them in it, from its own queue."""
+    on a tie. The waiting requests it starts keep their order among themselves (vLLM
+    admits them in it, from its own queue), but for the lost ones with `lost_first`."""
     chunks = plan.chunks
     running = [chunk for chunk in chunks if chunk[0].phase is not WAITING]
     deadlines = next_deadlines([chunk[0] for chunk in running])

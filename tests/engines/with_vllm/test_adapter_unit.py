@@ -645,9 +645,9 @@ def test_vllm_preempts_the_request_with_the_most_slack(tmp_path: Path, most_slac
     options = {"preempt_most_slack": most_slack, "kv_headroom": 0}
     scheduler = make_scheduler(tmp_path, "slidingserve", options, blocks=12)
     now = time.time()
-    slos: dict[str, dict[str, int]] = {"banked": {"tbt_ms": 10_000}, "r0": {}, "r1": {}}
-    for name, slo in slos.items():
-        request = engine_request(name, 40, max_tokens=30, arrival=now, ttft_ms=60_000, **slo)
+    for name in ("banked", "r0", "r1"):
+        tbt_ms = 10_000 if name == "banked" else 50
+        request = engine_request(name, 40, 30, now, ttft_ms=60_000, tbt_ms=tbt_ms)
         scheduler.add_request(request)
     preempted = [r for o in steps(scheduler, limit=500) for r in (o.preempted_req_ids or ())]
     assert preempted, "the cache never ran short"

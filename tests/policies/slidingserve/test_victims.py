@@ -99,7 +99,6 @@ class TestMostSlack:
             running = [decoding("lost", lost=True, cached=10), *self.running()]
             plan = Plan([ScheduledChunk(request, 1) for request in running])
             order_for_preemption(plan, NOW, lost_first)
-            expected = ["old-tight", "new-tight", "banked", "lost"]
             if lost_first:
                 expected = ["new-tight", "old-tight", "banked", "lost"]
                 assert imposed_tail(plan) == lost_first_victim(running, NOW, True).request_id
@@ -130,6 +129,16 @@ class TestMostSlack:
             view, kv = make_view(now=NOW, running=running, kv_blocks=2 + free)
             assert kv.num_free == free
             assert may_preempt(view) is expected
+
+    def test_fewer_free_blocks_than_decodes_is_not_enough(self) -> None:
+        # One decode fills its block, the other has room in its own: one block needed.
+        running = [
+            decoding("full", lost=False, cached=16),
+            decoding("room", lost=False, cached=20),
+        ]
+        view, kv = make_view(now=NOW, running=running, kv_blocks=3 + 1)
+        assert kv.num_free == 1 < len(view.decoding)
+        assert not may_preempt(view)
 
 
 class TestPlanOrder:
