@@ -84,8 +84,8 @@ NO_CONSTRUCTION = Construction(None, False)
 
 
 class Decision(NamedTuple):
-    """What `_decide` planned, and the view it planned on (violated decodes set aside or
-    not)."""
+    """What `_decide` planned, and the step's view it planned on, before the KV headroom
+    (violated decodes set aside or not)."""
 
     plan: Plan
     view: SchedulerView
@@ -168,16 +168,14 @@ class SlidingServePolicy(Policy):
             yielded = self.violated.yielding(view)
             if yielded is not view:
                 unyielded, view = view, yielded
-        plan, decided = self._decide(self._with_headroom(view), watch, triage, unyielded)
-        if unyielded is not None and decided.decoding is unyielded.decoding:
-            view = unyielded  # the start rules let no live request start: all decodes ran
-        self._order_victims_last(plan, view)  # before the headroom: the next tokens' blocks
+        plan, view = self._decide(view, watch, triage, unyielded)
+        self._order_victims_last(plan, view)
         plan.refused = refused
         if plan.predicted_time is None and plan:  # the parts predict what they build
             plan.predicted_time = self.model.predict_shape(BatchShape.from_plan(plan))
         if self.config.record_decisions:
             record = watch.record(
-                view.now, plan.path, plan.predicted_time, plan.total_tokens, len(decided.decoding)
+                view.now, plan.path, plan.predicted_time, plan.total_tokens, len(view.decoding)
             )
             self.decisions.append(record)
         return plan
@@ -221,20 +219,22 @@ class SlidingServePolicy(Policy):
 
     def _decide(
         self,
-        view: SchedulerView,
+        step_view: SchedulerView,
         watch: Stopwatch,
         triage: Triage | None,
         unyielded: SchedulerView | None = None,
     ) -> Decision:
-        """Order (and triage) the queue, unless `triage` is that of `view` already; the
+        """Order (and triage) the queue, unless `triage` is that of `step_view` already; the
         BatchConstructor's plan if a prefill is at risk and its selection can be granted in
-        full; else the SlidingChunker's. `unyielded`: `view` before violated decodes yielded
-        to live requests, planned instead when the start rules let none of those start."""
+        full; else the SlidingChunker's; each on `step_view` with the KV headroom kept.
+        `unyielded`: `step_view` before violated decodes yielded to live requests, planned
+        instead when the start rules let none of those start."""
+        view = self._with_headroom(step_view)
         queue = watch.run("order", lambda: self._sorted_queue(view, triage))
         if self.config.whole_prefills or self.config.kv_forecast:
             queue = self._startable(queue, view)
             if unyielded is not None and not self.violated.any_live(queue):
-                return self._decide(self._with_headroom(unyielded), watch, triage)
+                return self._decide(unyielded, watch, triage)
         budget = self.config.budget
         contexts = [r.num_computed for r in view.decoding]  # u_i of each decode
         costs = self._decode_costs(contexts) if contexts and self._reads_costs else None
@@ -261,7 +261,7 @@ class SlidingServePolicy(Policy):
                 lambda: self._construct(constructor, view, queue, contexts, horizons[0]),
             )
         if construction.plan is not None:
-            return Decision(construction.plan, view)
+            return Decision(construction.plan, step_view)
         known_time = costs.decode_time if costs else None
         plan = watch.run(
             "chunker", lambda: self._chunk(view, queue, contexts, horizons, known_time)
@@ -269,7 +269,7 @@ class SlidingServePolicy(Policy):
         if construction.fallback:
             self.constructor_fallbacks += 1
             plan.path += FALLBACK_SUFFIX
-        return Decision(plan, view)
+        return Decision(plan, step_view)
 
     def _startable(self, queue: list[Request], view: SchedulerView) -> list[Request]:
         """`queue` without the waiting requests the start rules keep from starting this
