@@ -44,6 +44,7 @@ WITHOUT: Mapping[str, Mapping[str, Any]] = {
     "no-yield": {"yield_violated": PAPER_OPTIONS["yield_violated"]},
     "no-headroom": {"kv_headroom": PAPER_OPTIONS["kv_headroom"]},
     "no-tight-cap": {"tight_cache_cap": PAPER_OPTIONS["tight_cache_cap"]},
+    "no-forecast": {"kv_forecast": PAPER_OPTIONS["kv_forecast"]},
     "paper-features": {"features": PAPER_OPTIONS["features"]},
     "paper-chunker": {"chunker": PAPER_OPTIONS["chunker"]},
     "window-2": {"window": 2},
@@ -52,7 +53,6 @@ WITHOUT: Mapping[str, Mapping[str, Any]] = {
     "admission": {"admission": True},
     "release": {"release_decodes": 4},
     "whole-prefills": {"whole_prefills": True},
-    "kv-forecast": {"whole_prefills": True, "kv_forecast": 1.1},
     "low-memory-cap": {"low_memory_cap": 384},
 }
 """Each row's change to the design (flat options on `DESIGN`): a mechanism back at the

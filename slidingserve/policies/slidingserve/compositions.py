@@ -35,6 +35,7 @@ DESIGN = SlidingServeConfig(
     preempt_most_slack=True,
     yield_violated=True,
     kv_headroom=32,
+    kv_forecast=1.1,
 )
 """`slidingserve`, chosen by measurement (README, "The design"): deadline order with lost
 requests last; Moore–Hodgson triage of the prefill queue at the observed rate; the greedy
@@ -44,7 +45,9 @@ most half a TBT, its total rounded down to a 128-token tile; no BatchConstructor
 predictor; when the KV cache runs short, lost requests preempted first, then the one with
 the most slack before its next deadline; the decodes of
 requests already violated left out while a live request waits for prefill; the blocks
-the decodes add over their next 32 tokens kept from prefills."""
+the decodes add over their next 32 tokens kept from prefills; a waiting request started
+only while the blocks it and the running requests are forecast to hold stay within 1.1×
+the cache."""
 
 SC_EDF = SlidingServeConfig(
     ordering=EdfOrder(), budget=BudgetConfig(PaperSplit()), features="paper"

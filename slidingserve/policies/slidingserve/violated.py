@@ -11,7 +11,12 @@ runs again when no live request waits; when the cache runs short, `preempt_lost_
 takes lost requests first, as before. Where a start rule (`whole_prefills`, `kv_forecast`)
 keeps every live waiting request from starting this step and no live request is
 prefilling, the violated decodes run after all (`SlidingServePolicy._decide`): the blocks
-they hold are what the rule waits for, so yielding would only hold both back.
+they hold are what the rule waits for, so yielding would only hold both back. They do
+only while all the decodes together are predicted to fit in the tightest TBT of the
+decodes still on time, or while none is (`SlidingServePolicy._violated_may_run`): where
+the cache's bandwidth binds, running every violated decode at once made the decode-only
+iterations several TBTs long, and the decodes still on time went late (docs/results.md
+§8.13).
 
 A request is known violated once its next token's deadline has passed at the start of a
 step (that token will be late) or its first token came after its first-token deadline.

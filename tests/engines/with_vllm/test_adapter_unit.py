@@ -313,7 +313,7 @@ def test_with_whole_prefills_a_prompt_that_cannot_fit_whole_waits_for_the_decode
     tmp_path: Path, whole: bool
 ) -> None:
     # 19 usable blocks of 16 tokens; "d" decodes in 3 to 4 of them, "long" needs 18.
-    options = {"whole_prefills": whole}
+    options = {"whole_prefills": whole, "kv_forecast": 0.0}  # the forecast would hold "long"
     scheduler = make_scheduler(tmp_path, "slidingserve", options, blocks=20)
     now = time.time()
     scheduler.add_request(engine_request("d", 40, max_tokens=20, arrival=now))
@@ -642,7 +642,8 @@ def test_vllm_preempts_the_request_with_the_most_slack(tmp_path: Path, most_slac
     # grow past 48 tokens. "banked" comes first in the plans (added first, the same first
     # deadline), but its 10-second TBT puts its next token last once it decodes: the
     # victim with the rule. Without it, vLLM's tail: the plans' last request.
-    options = {"preempt_most_slack": most_slack, "kv_headroom": 0}
+    # The forecast off: it would keep the three from running together.
+    options = {"preempt_most_slack": most_slack, "kv_headroom": 0, "kv_forecast": 0.0}
     scheduler = make_scheduler(tmp_path, "slidingserve", options, blocks=12)
     now = time.time()
     for name in ("banked", "r0", "r1"):

@@ -139,9 +139,8 @@ def tight_cache_case(kv_blocks: int, tbt: float = 0.03) -> tuple[Any, EngineLimi
 
 def capped_total(view: Any, limits: EngineLimits, **options: Any) -> int:
     context = PolicyContext(limits, AFFINE, predictors={"paper": OTHER, "rich": AFFINE})
-    policy = make_policy(
-        "slidingserve", context, {"token_quantum": 0, "time_margin": 1.0} | options
-    )
+    base = {"token_quantum": 0, "time_margin": 1.0, "kv_forecast": 0}  # the forecast off
+    policy = make_policy("slidingserve", context, base | options)
     return sum(tokens(policy.schedule(view)).values())
 
 

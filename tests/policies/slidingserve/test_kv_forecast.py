@@ -178,7 +178,7 @@ def test_the_policy_holds_back_what_the_forecast_refuses() -> None:
     view, _ = make_view(running=_two_decodes(), waiting=[waiting], kv_blocks=80)
     # Before any request has left, each is expected to emit the policy's prior (439
     # tokens): the two decodes alone are forecast to outgrow the 80 blocks.
-    plain = make_slidingserve().schedule(view)
+    plain = make_slidingserve(kv_forecast=0.0).schedule(view)
     forecast = make_slidingserve(kv_forecast=1.0).schedule(view)
     assert "w" in [c.request.request_id for c in plain.chunks]
     assert [c.request.request_id for c in forecast.chunks] == ["d0", "d1"]
@@ -197,6 +197,21 @@ def test_a_violated_decode_runs_when_the_forecast_lets_no_live_request_start() -
     assert [c.request.request_id for c in policy.schedule(tight).chunks] == ["late"]
 
 
+@pytest.mark.parametrize(("tbt", "planned"), [(0.005, {"fine"}), (0.05, {"fine", "late"})])
+def test_a_violated_decode_runs_only_while_the_decodes_fit_the_tbt_of_those_on_time(
+    tbt: float, planned: set[str]
+) -> None:
+    # The model predicts 10 ms for the two decodes: past a 5 ms TBT of the decode still on
+    # time, within a 50 ms one. Past it the violated decode stays out, so that finishing it
+    # makes no decode on time late.
+    late = make_decoding("late", prompt=320, generated=1)  # first token due at 1 s
+    fine = make_decoding("fine", prompt=16, generated=1, arrival=3599.0, ttft=30.0, tbt=tbt)
+    waiting = make_request("w", arrival=3599.0, prompt=10 * BLOCK, ttft=30.0)
+    view, _ = make_view(now=3600.0, running=[late, fine], waiting=[waiting], kv_blocks=40)
+    plan = make_slidingserve(kv_forecast=1.0).schedule(view)
+    assert {c.request.request_id for c in plan.chunks} == planned
+
+
 def test_where_the_cache_binds_it_spares_preemptions() -> None:
     """The A100 with 40% of its memory, ShareGPT past its goodput: the design preempts
     dozens of times."""
@@ -204,7 +219,7 @@ def test_where_the_cache_binds_it_spares_preemptions() -> None:
     workload = WorkloadConfig("sharegpt", 300)
     runs = [
         simulate(SimulationSpec("slidingserve", workload, hardware, policy_options=o), 2.2, 0)
-        for o in ({"kv_forecast": 1.0}, {})
+        for o in ({"kv_forecast": 1.0}, {"kv_forecast": 0.0})
     ]
     forecast, plain = runs
     assert forecast.metrics.completed == plain.metrics.completed == 300
@@ -213,8 +228,9 @@ def test_where_the_cache_binds_it_spares_preemptions() -> None:
 
 
 def test_the_option_is_a_share_of_the_cache() -> None:
-    assert make_slidingserve(kv_forecast=1.1).config.kv_forecast == 1.1
-    assert make_slidingserve().config.kv_forecast == 0.0
+    assert make_slidingserve().config.kv_forecast == 1.1  # the design's
+    assert make_slidingserve(kv_forecast=1.0).config.kv_forecast == 1.0
+    assert make_slidingserve(kv_forecast=0).config.kv_forecast == 0  # off
     for bad in (-0.5, "1.1", None, float("nan"), True):
         with pytest.raises(ValueError, match="kv_forecast"):
             make_slidingserve(kv_forecast=bad)

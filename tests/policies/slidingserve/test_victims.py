@@ -238,7 +238,8 @@ class TestMostSlackThroughThePolicy:
             old = make_request("old", prompt=16, output=20, ttft=10.0)
             new = make_request("new", arrival=0.001, prompt=16, output=20, ttft=1.0)
             context = PolicyContext(EngineLimits(), TokenLinearModel(0.010, 1e-5))
-            options = {"preempt_most_slack": most_slack, "kv_headroom": 0}
+            # The forecast off: it would keep the two from starting together.
+            options = {"preempt_most_slack": most_slack, "kv_headroom": 0, "kv_forecast": 0}
             policy = make_policy("slidingserve", context, options)
             Simulator(policy, LinearTimer(), 3, SimulatorOptions()).run([old, new])
             return old, new
