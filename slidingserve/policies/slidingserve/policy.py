@@ -228,8 +228,8 @@ class SlidingServePolicy(Policy):
         BatchConstructor's plan if a prefill is at risk and its selection can be granted in
         full; else the SlidingChunker's; each on `step_view` with the KV headroom kept.
         `unyielded`: `step_view` before violated decodes yielded to live requests, planned
-        instead when the start rules let none of those start and all its decodes fit in a
-        TBT (`_violated_may_run`)."""
+        instead when the start rules let none of those start and all its decodes fit in the
+        tightest TBT of those on time, or none is on time (`_violated_may_run`)."""
         view = self._with_headroom(step_view)
         queue = watch.run("order", lambda: self._sorted_queue(view, triage))
         if self.config.whole_prefills or self.config.kv_forecast:
@@ -278,16 +278,17 @@ class SlidingServePolicy(Policy):
 
     def _violated_may_run(self, unyielded: SchedulerView) -> bool:
         """Whether the violated decodes that yielded in `unyielded` run after all, where
-        the start rules let no live request start: while no decode on time runs, or every
-        decode of it together is predicted to fit in the tightest TBT of those on time, so
-        that finishing the violated ones makes none of them late (violated.py)."""
+        the start rules let no live request start: while no decode on time runs, or all
+        its decodes together are predicted to fit in the tightest TBT of those on time, so
+        that finishing the violated ones keeps the others at their TBT's pace
+        (violated.py)."""
         decoding = unyielded.decoding
         violated = self.violated
-        live = [r.slo.tbt for r in decoding if r.request_id not in violated]
-        if not live:
+        live_tbts = [r.slo.tbt for r in decoding if r.request_id not in violated]
+        if not live_tbts:
             return True
-        alone = self.model.predict_shape(BatchShape(tuple(r.num_computed for r in decoding), ()))
-        return alone <= min(live)
+        contexts = tuple(r.num_computed for r in decoding)
+        return self.model.predict_shape(BatchShape(contexts, ())) <= min(live_tbts)
 
     def _startable(self, queue: list[Request], view: SchedulerView) -> list[Request]:
         """`queue` without the waiting requests the start rules keep from starting this

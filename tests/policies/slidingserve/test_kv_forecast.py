@@ -197,34 +197,37 @@ def test_a_violated_decode_runs_when_the_forecast_lets_no_live_request_start() -
     assert [c.request.request_id for c in policy.schedule(tight).chunks] == ["late"]
 
 
-@pytest.mark.parametrize(("tbt", "planned"), [(0.005, {"fine"}), (0.05, {"fine", "late"})])
+@pytest.mark.parametrize(("tbt", "late_runs"), [(0.005, False), (0.05, True)])
 def test_a_violated_decode_runs_only_while_the_decodes_fit_the_tbt_of_those_on_time(
-    tbt: float, planned: set[str]
+    tbt: float, late_runs: bool
 ) -> None:
-    # The model predicts 10 ms for the two decodes: past a 5 ms TBT of the decode still on
-    # time, within a 50 ms one. Past it the violated decode stays out, so that finishing it
-    # makes no decode on time late.
+    # The model predicts 10 ms for the three decodes. Of the two on time, "fine" has a TBT
+    # of `tbt` and "loose" one of 50 ms: the tightest, 5 ms, is passed and the violated
+    # decode stays out, so that finishing it makes no decode on time late; at 50 ms it runs.
     late = make_decoding("late", prompt=320, generated=1)  # first token due at 1 s
-    fine = make_decoding("fine", prompt=16, generated=1, arrival=3599.0, ttft=30.0, tbt=tbt)
+    fine = make_decoding("fine", prompt=16, arrival=3599.0, ttft=30.0, tbt=tbt)
+    loose = make_decoding("loose", prompt=16, arrival=3599.0, ttft=30.0, tbt=0.05)
     waiting = make_request("w", arrival=3599.0, prompt=10 * BLOCK, ttft=30.0)
-    view, _ = make_view(now=3600.0, running=[late, fine], waiting=[waiting], kv_blocks=40)
+    view, _ = make_view(now=3600.0, running=[late, fine, loose], waiting=[waiting], kv_blocks=40)
     plan = make_slidingserve(kv_forecast=1.0).schedule(view)
-    assert {c.request.request_id for c in plan.chunks} == planned
+    planned = {c.request.request_id for c in plan.chunks}
+    assert planned == {"fine", "loose", *(["late"] if late_runs else [])}
 
 
 def test_where_the_cache_binds_it_spares_preemptions() -> None:
-    """The A100 with 40% of its memory, ShareGPT past its goodput: the design preempts
-    dozens of times."""
+    """The A100 with 40% of its memory, ShareGPT past its goodput: without the forecast the
+    design preempts dozens of times; its 1.1× of the cache spares some, 1.0× most."""
     hardware = HardwareConfig(gpu="a100", model="llama-2-7b", gpu_memory_utilization=0.4)
     workload = WorkloadConfig("sharegpt", 300)
     runs = [
         simulate(SimulationSpec("slidingserve", workload, hardware, policy_options=o), 2.2, 0)
-        for o in ({"kv_forecast": 1.0}, {"kv_forecast": 0.0})
+        for o in ({"kv_forecast": 1.0}, {}, {"kv_forecast": 0.0})
     ]
-    forecast, plain = runs
-    assert forecast.metrics.completed == plain.metrics.completed == 300
+    strict, design, plain = runs
+    assert all(run.metrics.completed == 300 for run in runs)
     assert plain.num_preemptions > 20
-    assert forecast.num_preemptions < plain.num_preemptions / 2
+    assert strict.num_preemptions < plain.num_preemptions / 2
+    assert design.num_preemptions < plain.num_preemptions
 
 
 def test_the_option_is_a_share_of_the_cache() -> None:

@@ -81,7 +81,8 @@ def test_the_policy_plans_no_chunk_of_a_prompt_that_would_not_fit_whole() -> Non
     view, _ = make_view(
         running=decodes, waiting=[long_prompt], limits=limits, kv_blocks=40 + 2 + 100
     )
-    # The forecast off: with its prior of 439 tokens a request it would hold both back.
+    # The forecast off: expecting 439 more tokens from each request, it would hold both
+    # the chunk and the whole prompt back.
     plain = make_slidingserve(kv_forecast=0).schedule(view)
     whole = make_slidingserve(whole_prefills=True, kv_forecast=0).schedule(view)
     assert "long" in [c.request.request_id for c in plain.chunks]  # a first chunk fits
