@@ -8,6 +8,11 @@ with the engine idle again: vLLM's running and waiting gauges and the adapter's
 `slidingserve:tracked_requests` back to zero on `/metrics` within `IDLE_TIMEOUT`. Each phase
 prints a summary line (`pytest -s` shows them). About a minute on two cores, half of it the
 server's start.
+
+The server runs `slidingserve` without its forecast admission (`kv_forecast=0`): the
+KV-starved phases need vLLM to preempt, which the forecast exists to avoid, and whether it
+does would hang on the output lengths it learned in the phases before. The forecast runs
+in a real engine in `test_vllm_offline.py` and the adapter's tests.
 """
 
 from __future__ import annotations
@@ -122,7 +127,8 @@ def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     def command(port: int) -> list[str]:
         return server_command(
             str(tiny_model), "slidingserve", port=port, ttft_ms=SERVER_TTFT_MS,
-            tbt_ms=SERVER_TBT_MS, policy_options={"admission": True}, health_log_seconds=5.0,
+            tbt_ms=SERVER_TBT_MS, policy_options={"admission": True, "kv_forecast": 0},
+            health_log_seconds=5.0,
             load_dir=folder / "load", extra_vllm_args=ENGINE_ARGS,
         )  # fmt: skip
 
